@@ -1,0 +1,45 @@
+"""Settings, read from the environment with the DEVICEDECK_ prefix."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AuthMode(StrEnum):
+    TOKEN = "token"
+    OFF = "off"
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class KubeMode(StrEnum):
+    OFF = "off"
+    INCLUSTER = "incluster"
+    KUBECONFIG = "kubeconfig"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DEVICEDECK_", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///./devicedeck.db",
+        description="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db",
+    )
+    auth: AuthMode = Field(default=AuthMode.TOKEN, description="token, or off for local demos")
+    stale_after: float = Field(
+        default=90.0, gt=0, description="seconds without a snapshot before a node is stale"
+    )
+    body_limit: int = Field(default=3 * 1024 * 1024, gt=0, description="request body limit, bytes")
+    log_format: LogFormat = Field(default=LogFormat.TEXT)
+    log_level: str = Field(default="INFO")
+    max_devices_per_snapshot: int = Field(default=4096, gt=0)
+    max_pods_per_snapshot: int = Field(default=2048, gt=0)
+    kube: KubeMode = Field(default=KubeMode.OFF)
+    kubeconfig: str | None = Field(default=None)
+    kube_resync: float = Field(default=300.0, gt=0)

@@ -1,0 +1,79 @@
+"""Engine and session factory.
+
+SQLite gets WAL, foreign keys and a busy timeout. Its transactions begin DEFERRED by default;
+a writer asks for ``write_session`` so the transaction begins IMMEDIATE, because a deferred
+transaction that reads first and writes later fails at once with SQLITE_BUSY when another
+writer committed in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+IMMEDIATE = "devicedeck_immediate"
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def is_postgresql(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+def create_db_engine(url: str, **kwargs: Any) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs
+        )
+        _configure_sqlite(engine)
+        return engine
+    if "poolclass" not in kwargs:
+        kwargs.setdefault("pool_size", 10)
+        kwargs.setdefault("max_overflow", 20)
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(url, **kwargs)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy emit BEGIN itself so we can choose DEFERRED or IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get(IMMEDIATE):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session whose transaction takes the write lock at once and commits on success."""
+    with factory() as session:
+        session.connection(execution_options={IMMEDIATE: True})
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise

@@ -1,0 +1,1 @@
+"""The domain: devices, allocations, events, and how snapshots change them."""

@@ -1,0 +1,264 @@
+"""ORM models. The schema itself changes only through Alembic migrations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Integer primary keys that autoincrement on SQLite too.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timestamps are UTC and timezone-aware in Python whatever the database keeps.
+
+    SQLite has no time zone type and hands back naive values; PostgreSQL keeps timestamptz.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given; Devicedeck keeps time in UTC")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UtcDateTime(),
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), unique=True)
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime] = mapped_column(index=True)
+    # Set by the stale sweep when the node stops reporting, cleared by its next snapshot.
+    stale_since: Mapped[datetime | None]
+    # From the Kubernetes API (node status and labels), when the cluster watcher runs.
+    capacity: Mapped[dict[str, Any] | None]
+    allocatable: Mapped[dict[str, Any] | None]
+    labels: Mapped[dict[str, Any] | None]
+    conditions: Mapped[list[Any] | None]
+    kube_synced_at: Mapped[datetime | None]
+
+
+class PluginRegistration(Base):
+    __tablename__ = "plugin_registrations"
+    __table_args__ = (UniqueConstraint("node_id", "resource"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    resource: Mapped[str] = mapped_column(String(316))
+    endpoint: Mapped[str | None] = mapped_column(String(512))
+    api_version: Mapped[str | None] = mapped_column(String(32))
+    options: Mapped[dict[str, Any] | None]
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+
+
+class NodeResource(Base):
+    """Per node and resource: what the kubelet reports as allocatable."""
+
+    __tablename__ = "node_resources"
+    __table_args__ = (UniqueConstraint("node_id", "resource"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    resource: Mapped[str] = mapped_column(String(316))
+    allocatable_device_ids: Mapped[list[Any]]
+    updated_at: Mapped[datetime]
+
+
+class Device(Base):
+    __tablename__ = "devices"
+    __table_args__ = (
+        UniqueConstraint("node_id", "resource", "device_id"),
+        Index("ix_devices_resource_health", "resource", "health"),
+        Index("ix_devices_device_id", "device_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    resource: Mapped[str] = mapped_column(String(316))
+    device_id: Mapped[str] = mapped_column(String(253))
+    health: Mapped[str] = mapped_column(String(16))
+    raw_health: Mapped[str | None] = mapped_column(String(64))
+    health_source: Mapped[str] = mapped_column(String(16))
+    numa_nodes: Mapped[list[Any]]
+    state: Mapped[str] = mapped_column(String(16))
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+    removed_at: Mapped[datetime | None]
+    health_changed_at: Mapped[datetime | None]
+
+
+class Allocation(Base):
+    """A device held by a container for an interval; the current one has no end."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (
+        Index("ix_allocations_device_started", "device_pk", "started"),
+        Index(
+            "ix_allocations_current_node",
+            "node_id",
+            postgresql_where=text("ended IS NULL"),
+            sqlite_where=text("ended IS NULL"),
+        ),
+        Index(
+            "ix_allocations_current_device",
+            "device_pk",
+            postgresql_where=text("ended IS NULL"),
+            sqlite_where=text("ended IS NULL"),
+        ),
+        Index("ix_allocations_namespace_pod", "namespace", "pod"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    device_pk: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    namespace: Mapped[str] = mapped_column(String(63))
+    pod: Mapped[str] = mapped_column(String(253))
+    pod_uid: Mapped[str | None] = mapped_column(String(64))
+    container: Mapped[str] = mapped_column(String(253))
+    resource: Mapped[str] = mapped_column(String(316))
+    device_id: Mapped[str] = mapped_column(String(253))
+    started: Mapped[datetime]
+    ended: Mapped[datetime | None]
+
+
+class ClaimAllocation(Base):
+    """A DRA device held by a container through a ResourceClaim, as PodResources reports it."""
+
+    __tablename__ = "claim_allocations"
+    __table_args__ = (
+        Index(
+            "ix_claim_allocations_current_node",
+            "node_id",
+            postgresql_where=text("ended IS NULL"),
+            sqlite_where=text("ended IS NULL"),
+        ),
+        Index("ix_claim_allocations_namespace_pod", "namespace", "pod"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    namespace: Mapped[str] = mapped_column(String(63))
+    pod: Mapped[str] = mapped_column(String(253))
+    container: Mapped[str] = mapped_column(String(253))
+    claim_namespace: Mapped[str] = mapped_column(String(63))
+    claim_name: Mapped[str] = mapped_column(String(253))
+    driver: Mapped[str] = mapped_column(String(253))
+    pool: Mapped[str] = mapped_column(String(253))
+    device: Mapped[str] = mapped_column(String(253))
+    share_id: Mapped[str | None] = mapped_column(String(253))
+    cdi_devices: Mapped[list[Any]]
+    started: Mapped[datetime]
+    ended: Mapped[datetime | None]
+
+
+class Event(Base):
+    """The change log. Written in the same transaction as the change it describes."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        Index("ix_events_node_id", "node", "id"),
+        Index("ix_events_kind_id", "kind", "id"),
+        Index("ix_events_resource_id", "resource", "id"),
+        Index("ix_events_device_pk_id", "device_pk", "id"),
+        Index("ix_events_at", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    at: Mapped[datetime]
+    kind: Mapped[str] = mapped_column(String(32))
+    node: Mapped[str | None] = mapped_column(String(253))
+    resource: Mapped[str | None] = mapped_column(String(316))
+    device_id: Mapped[str | None] = mapped_column(String(253))
+    device_pk: Mapped[int | None] = mapped_column(BigId)
+    namespace: Mapped[str | None] = mapped_column(String(63))
+    pod: Mapped[str | None] = mapped_column(String(253))
+    container: Mapped[str | None] = mapped_column(String(253))
+    before: Mapped[dict[str, Any] | None]
+    after: Mapped[dict[str, Any] | None]
+    actor: Mapped[str] = mapped_column(String(253))
+
+
+class IngestReceipt(Base):
+    """The last snapshot applied for each stream: where ordering and idempotency are decided."""
+
+    __tablename__ = "ingest_receipts"
+    __table_args__ = (UniqueConstraint("node_id", "stream"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    stream: Mapped[str] = mapped_column(String(400))
+    boot_id: Mapped[str] = mapped_column(String(128))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    # Hash of the snapshot as received; a repeat of the same seq must carry the same hash.
+    payload_hash: Mapped[str] = mapped_column(String(64))
+    # Hash of the content last applied; None when another writer changed the same rows since.
+    content_hash: Mapped[str | None] = mapped_column(String(64))
+    received_at: Mapped[datetime]
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[Any]]
+    created_at: Mapped[datetime]
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
+class Setting(Base):
+    """Small key/value state the service keeps, e.g. the cluster watcher's status."""
+
+    __tablename__ = "service_state"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[dict[str, Any]]
+    updated_at: Mapped[datetime]

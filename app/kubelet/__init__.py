@@ -1,0 +1,1 @@
+"""The kubelet's device interfaces: protocol stubs, device plugin base, readers."""

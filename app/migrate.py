@@ -1,0 +1,27 @@
+"""Running the Alembic migrations from code, so `devicedeck serve` and tests share one path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # Alembic's ini interpolation treats '%' specially.
+    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    return config
+
+
+def upgrade_to_head(database_url: str) -> None:
+    command.upgrade(alembic_config(database_url), "head")
+
+
+def downgrade_to_base(database_url: str) -> None:
+    command.downgrade(alembic_config(database_url), "base")
