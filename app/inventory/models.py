@@ -42,6 +42,10 @@ class UtcDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
+    @property
+    def python_type(self) -> type[datetime]:
+        return datetime
+
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
@@ -240,6 +244,7 @@ class IngestReceipt(Base):
     # Hash of the content last applied; None when another writer changed the same rows since.
     content_hash: Mapped[str | None] = mapped_column(String(64))
     received_at: Mapped[datetime]
+    observed_at: Mapped[datetime | None]
 
 
 class ApiToken(Base):

@@ -153,6 +153,7 @@ def upgrade() -> None:
         sa.Column("payload_hash", sa.String(length=64), nullable=False),
         sa.Column("content_hash", sa.String(length=64), nullable=True),
         sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("observed_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["node_id"],
             ["nodes.id"],

@@ -1,0 +1,94 @@
+"""Dependencies shared by routes: settings, sessions, and who is calling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.auth import ANONYMOUS_ADMIN, Principal, authenticate
+from app.clock import utcnow
+from app.config import AuthMode, Settings
+from app.db import write_session
+from app.inventory.queries import Clock
+
+SESSION_COOKIE = "devicedeck_token"
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_session_factory(request: Request) -> sessionmaker[Session]:
+    factory: sessionmaker[Session] = request.app.state.session_factory
+    return factory
+
+
+def read_session(
+    factory: Annotated[sessionmaker[Session], Depends(get_session_factory)],
+) -> Iterator[Session]:
+    with factory() as session:
+        yield session
+
+
+def presented_token(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise HTTPException(
+                401,
+                "Authorization header must be 'Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return value.strip()
+    return request.cookies.get(SESSION_COOKIE)
+
+
+def current_principal(
+    request: Request,
+    settings: Annotated[Settings, Depends(get_settings)],
+    factory: Annotated[sessionmaker[Session], Depends(get_session_factory)],
+) -> Principal:
+    if settings.auth is AuthMode.OFF:
+        return ANONYMOUS_ADMIN
+    token = presented_token(request)
+    if token is None:
+        raise HTTPException(
+            401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+        )
+    with write_session(factory) as session:
+        principal = authenticate(session, token, utcnow())
+    if principal is None:
+        raise HTTPException(
+            401, "the token is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return principal
+
+
+def require(scope: str) -> Callable[[Principal], Principal]:
+    def _check(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+        if not principal.has(scope):
+            raise HTTPException(403, f"this token lacks the {scope!r} scope")
+        return principal
+
+    return _check
+
+
+ReadSession = Annotated[Session, Depends(read_session)]
+Reader = Annotated[Principal, Depends(require("read"))]
+Ingester = Annotated[Principal, Depends(require("ingest"))]
+Admin = Annotated[Principal, Depends(require("admin"))]
+SessionFactory = Annotated[sessionmaker[Session], Depends(get_session_factory)]
+CurrentSettings = Annotated[Settings, Depends(get_settings)]
+
+
+def query_clock(settings: Annotated[Settings, Depends(get_settings)]) -> Clock:
+    return Clock(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
+
+
+QueryClock = Annotated[Clock, Depends(query_clock)]

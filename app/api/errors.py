@@ -1,0 +1,113 @@
+"""One error shape for the whole API: {"error": {"code", "message", "details"}}."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.inventory.errors import (
+    ConflictingRepeat,
+    DomainError,
+    InvalidInput,
+    NotFound,
+    StaleSnapshot,
+)
+
+log = logging.getLogger(__name__)
+
+STATUS_BY_ERROR: dict[type[DomainError], int] = {
+    InvalidInput: 422,
+    StaleSnapshot: 409,
+    ConflictingRepeat: 409,
+    NotFound: 404,
+}
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+    429: "too_many_requests",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "details": details or []}}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """('body', 'devices', 3, 'ID') -> 'devices[3].ID'; query and path params keep their name."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "body"
+
+
+def validation_details(errors: list[dict[str, Any]]) -> list[dict[str, str]]:
+    details = []
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        # Tagged unions and function validators add their own names to loc; drop them.
+        loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith("function-")))
+        details.append(
+            {
+                "field": field_path(loc),
+                "rule": str(err.get("type", "invalid")),
+                "message": err["msg"],
+            }
+        )
+    return details
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = validation_details(list(exc.errors()))
+        summary = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
+        return error_response(422, "invalid_input", f"invalid input: {summary}", details)
+
+    @app.exception_handler(DomainError)
+    async def _domain(_request: Request, exc: DomainError) -> JSONResponse:
+        status = STATUS_BY_ERROR.get(type(exc), 400)
+        return error_response(status, exc.code, exc.message, [p.as_dict() for p in exc.problems])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = HTTP_CODES.get(exc.status_code, "error")
+        detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+        return error_response(exc.status_code, code, detail, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error method=%s path=%s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error; see the service log")

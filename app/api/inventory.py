@@ -1,0 +1,208 @@
+"""GET /api/v1/{nodes,devices,pods,resources,events}: the inventory, read-only."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from app.api.deps import QueryClock, Reader, ReadSession
+from app.api.envelope import ListEnvelope, envelope
+from app.api.models import (
+    DeviceDetailOut,
+    DeviceOut,
+    ErrorOut,
+    EventOut,
+    NodeDetailOut,
+    NodeOut,
+    PodOut,
+    ResourceOut,
+)
+from app.inventory.history import EventFilters, list_events
+from app.inventory.pages import DEFAULT_LIMIT, MAX_LIMIT
+from app.inventory.pods import PodFilters, get_pod, list_pods
+from app.inventory.queries import (
+    DeviceFilters,
+    NodeFilters,
+    get_device,
+    get_node,
+    list_devices,
+    list_nodes,
+    list_resources,
+)
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
+    403: {"model": ErrorOut, "description": "the token lacks the read scope"},
+    422: {"model": ErrorOut, "description": "a parameter breaks a rule"},
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    404: {"model": ErrorOut, "description": "no such item"},
+}
+
+router = APIRouter(prefix="/api/v1", tags=["inventory"], responses=ERRORS)
+
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")]
+Cursor = Annotated[
+    str | None, Query(max_length=2048, description="from the `next` URL of the previous page")
+]
+Text = Annotated[str | None, Query(max_length=253)]
+
+
+@router.get("/nodes", response_model=ListEnvelope[NodeOut], summary="Nodes with device counts")
+def nodes(
+    request: Request,
+    session: ReadSession,
+    _: Reader,
+    clock: QueryClock,
+    q: Annotated[str | None, Query(max_length=253, description="substring of the name")] = None,
+    stale: bool | None = None,
+    resource: Annotated[
+        str | None, Query(max_length=316, description="only nodes with this resource")
+    ] = None,
+    sort: Annotated[str, Query(description="name or last_seen; '-' for descending")] = "name",
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    page = list_nodes(
+        session,
+        NodeFilters(q=q, stale=stale, resource=resource),
+        clock,
+        sort=sort,
+        cursor=cursor,
+        limit=limit,
+    )
+    return envelope(request, page)
+
+
+@router.get(
+    "/nodes/{name}",
+    response_model=NodeDetailOut,
+    responses=NOT_FOUND,
+    summary="One node: counts, plugins, kubelet allocatable, capacity",
+)
+def node(name: str, session: ReadSession, _: Reader, clock: QueryClock) -> dict[str, Any]:
+    return get_node(session, name, clock)
+
+
+@router.get("/devices", response_model=ListEnvelope[DeviceOut], summary="Devices, filtered")
+def devices(
+    request: Request,
+    session: ReadSession,
+    _: Reader,
+    clock: QueryClock,
+    node: Text = None,
+    resource: Annotated[str | None, Query(max_length=316)] = None,
+    health: Annotated[str | None, Query(description="Healthy, Unhealthy or Unknown")] = None,
+    allocated: Annotated[bool | None, Query(description="true: held by a pod; false: not")] = None,
+    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    pod: Text = None,
+    state: Annotated[str, Query(description="present, removed or any")] = "present",
+    q: Annotated[
+        str | None, Query(max_length=253, description="substring of the device ID")
+    ] = None,
+    sort: Annotated[
+        str, Query(description="node, resource, device_id, health or id; '-' for descending")
+    ] = "node",
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    filters = DeviceFilters(
+        node=node,
+        resource=resource,
+        health=health,
+        allocated=allocated,
+        namespace=namespace,
+        pod=pod,
+        state=state,
+        q=q,
+    )
+    page = list_devices(session, filters, clock, sort=sort, cursor=cursor, limit=limit)
+    return envelope(request, page)
+
+
+@router.get(
+    "/devices/{device_id}",
+    response_model=DeviceDetailOut,
+    responses=NOT_FOUND,
+    summary="One device with its health history and allocation history",
+)
+def device(device_id: int, session: ReadSession, _: Reader, clock: QueryClock) -> dict[str, Any]:
+    return get_device(session, device_id, clock)
+
+
+@router.get("/pods", response_model=ListEnvelope[PodOut], summary="Pods holding devices now")
+def pods(
+    request: Request,
+    session: ReadSession,
+    _: Reader,
+    clock: QueryClock,
+    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    node: Text = None,
+    q: Annotated[str | None, Query(max_length=253, description="substring of the pod name")] = None,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    page = list_pods(
+        session, PodFilters(namespace=namespace, node=node, q=q), clock, cursor=cursor, limit=limit
+    )
+    return envelope(request, page)
+
+
+@router.get(
+    "/pods/{namespace}/{name}",
+    response_model=PodOut,
+    responses=NOT_FOUND,
+    summary="One pod: containers and the devices they hold",
+)
+def pod(
+    namespace: str, name: str, session: ReadSession, _: Reader, clock: QueryClock
+) -> dict[str, Any]:
+    return get_pod(session, namespace, name, clock)
+
+
+@router.get(
+    "/resources",
+    response_model=ListEnvelope[ResourceOut],
+    summary="Per resource name: cluster totals and per-node counts",
+)
+def resources(
+    request: Request,
+    session: ReadSession,
+    _: Reader,
+    clock: QueryClock,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    return envelope(request, list_resources(session, clock, cursor=cursor, limit=limit))
+
+
+@router.get(
+    "/events", response_model=ListEnvelope[EventOut], summary="The change log, newest first"
+)
+def events(
+    request: Request,
+    session: ReadSession,
+    _: Reader,
+    node: Text = None,
+    resource: Annotated[str | None, Query(max_length=316)] = None,
+    kind: Annotated[str | None, Query(max_length=32)] = None,
+    since: Annotated[datetime | None, Query(description="RFC 3339 time with offset")] = None,
+    device: Annotated[int | None, Query(description="device id")] = None,
+    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    pod: Text = None,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    filters = EventFilters(
+        node=node,
+        resource=resource,
+        kind=kind,
+        since=since,
+        device=device,
+        namespace=namespace,
+        pod=pod,
+    )
+    return envelope(request, list_events(session, filters, cursor=cursor, limit=limit))

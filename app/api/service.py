@@ -1,0 +1,45 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from app.api.deps import SessionFactory
+
+router = APIRouter(tags=["service"])
+
+
+@router.get("/livez", summary="The process is up")
+def livez() -> dict[str, Any]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz", summary="The database answers", responses={503: {"description": "not ready"}}
+)
+def readyz(factory: SessionFactory) -> Response:
+    try:
+        with factory() as session:
+            session.execute(text("SELECT 1"))
+    except Exception as e:  # any failure to reach the database means not ready
+        return JSONResponse(
+            {
+                "error": {
+                    "code": "unavailable",
+                    "message": f"database unreachable: {type(e).__name__}",
+                    "details": [],
+                }
+            },
+            status_code=503,
+        )
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+def metrics(request: Request) -> Response:
+    body = request.app.state.metrics.render()
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

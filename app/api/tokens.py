@@ -1,0 +1,81 @@
+"""/api/v1/tokens: API tokens, for holders of the admin scope."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, Field
+
+from app.api.deps import Admin, ReadSession, SessionFactory
+from app.api.models import ErrorOut
+from app.auth import create_token, list_tokens, revoke_token
+from app.clock import utcnow
+from app.db import write_session
+from app.inventory.models import ApiToken
+
+router = APIRouter(
+    prefix="/api/v1/tokens",
+    tags=["tokens"],
+    responses={
+        401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
+        403: {"model": ErrorOut, "description": "the token lacks the admin scope"},
+    },
+)
+
+
+class TokenOut(BaseModel):
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class NewToken(BaseModel):
+    name: str = Field(min_length=1, max_length=100)
+    scopes: list[str] = Field(min_length=1, max_length=3)
+
+
+class CreatedToken(TokenOut):
+    token: str = Field(description="shown once; only its hash is kept")
+
+
+def _token_out(token: ApiToken) -> dict[str, Any]:
+    return {
+        "name": token.name,
+        "scopes": list(token.scopes),
+        "created_at": token.created_at,
+        "last_used_at": token.last_used_at,
+        "revoked_at": token.revoked_at,
+    }
+
+
+@router.get("", response_model=list[TokenOut], summary="All tokens (never their secrets)")
+def tokens(session: ReadSession, _: Admin) -> list[dict[str, Any]]:
+    return [_token_out(t) for t in list_tokens(session)]
+
+
+@router.post(
+    "",
+    response_model=CreatedToken,
+    status_code=201,
+    responses={422: {"model": ErrorOut, "description": "bad name or scope"}},
+    summary="Create a token; the response is the only time its secret is shown",
+)
+def create(factory: SessionFactory, _: Admin, body: Annotated[NewToken, Body()]) -> dict[str, Any]:
+    with write_session(factory) as session:
+        token, plaintext = create_token(session, body.name, body.scopes, utcnow())
+        return {**_token_out(token), "token": plaintext}
+
+
+@router.delete(
+    "/{name}",
+    response_model=TokenOut,
+    responses={404: {"model": ErrorOut, "description": "no token of that name"}},
+    summary="Revoke a token",
+)
+def revoke(name: str, factory: SessionFactory, _: Admin) -> dict[str, Any]:
+    with write_session(factory) as session:
+        return _token_out(revoke_token(session, name, utcnow()))

@@ -1,0 +1,94 @@
+"""API tokens: created once and shown once, kept only as SHA-256 hashes, checked by scope.
+
+Tokens are 32 random bytes, so a plain SHA-256 is enough: there is nothing to brute-force.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.inventory.errors import InvalidInput, NotFound, Problem
+from app.inventory.models import ApiToken
+
+SCOPES = ("read", "ingest", "admin")
+TOKEN_PREFIX = "ddk_"
+# Writing last_used_at on every request would turn every read into a write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a token's name and scopes, or the local demo user when auth is off."""
+
+    name: str
+    scopes: frozenset[str]
+
+    def has(self, scope: str) -> bool:
+        return scope in self.scopes or "admin" in self.scopes
+
+
+ANONYMOUS_ADMIN = Principal(name="anonymous (auth off)", scopes=frozenset(SCOPES))
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(
+    session: Session, name: str, scopes: list[str], now: datetime
+) -> tuple[ApiToken, str]:
+    problems = []
+    if not name or len(name) > 100 or not name.isprintable():
+        problems.append(Problem("name", "length", "must be 1 to 100 printable characters"))
+    if not scopes:
+        problems.append(Problem("scope", "required", f"give at least one of {', '.join(SCOPES)}"))
+    for scope in scopes:
+        if scope not in SCOPES:
+            problems.append(
+                Problem("scope", "enum", f"{scope!r} is not one of {', '.join(SCOPES)}")
+            )
+    if session.scalars(select(ApiToken.id).where(ApiToken.name == name)).first() is not None:
+        problems.append(Problem("name", "unique", f"a token named {name!r} exists already"))
+    if problems:
+        raise InvalidInput("cannot create token", problems)
+    plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken(
+        name=name,
+        token_hash=hash_token(plaintext),
+        scopes=sorted(set(scopes)),
+        created_at=now,
+    )
+    session.add(token)
+    session.flush()
+    return token, plaintext
+
+
+def list_tokens(session: Session) -> list[ApiToken]:
+    return list(session.scalars(select(ApiToken).order_by(ApiToken.name)))
+
+
+def revoke_token(session: Session, name: str, now: datetime) -> ApiToken:
+    token = session.scalars(select(ApiToken).where(ApiToken.name == name)).one_or_none()
+    if token is None:
+        raise NotFound(f"no token named {name!r}")
+    if token.revoked_at is None:
+        token.revoked_at = now
+    return token
+
+
+def authenticate(session: Session, plaintext: str, now: datetime) -> Principal | None:
+    """The principal for a presented token, or None if it is unknown or revoked."""
+    token = session.scalars(
+        select(ApiToken).where(ApiToken.token_hash == hash_token(plaintext))
+    ).one_or_none()
+    if token is None or token.revoked_at is not None:
+        return None
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        token.last_used_at = now
+    return Principal(name=token.name, scopes=frozenset(token.scopes))

@@ -1,0 +1,127 @@
+"""Service subcommands: serve, migrate, token."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from app.config import Settings
+
+
+def register(subparsers: Any) -> None:
+    serve = subparsers.add_parser("serve", help="run the HTTP service (API and dashboard)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
+    serve.add_argument(
+        "--no-migrate", action="store_true", help="do not run database migrations at start"
+    )
+    serve.set_defaults(func=run_serve)
+
+    migrate = subparsers.add_parser("migrate", help="upgrade the database schema to the latest")
+    migrate.set_defaults(func=run_migrate)
+
+    token = subparsers.add_parser("token", help="create, list and revoke API tokens")
+    token_commands = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    create = token_commands.add_parser("create", help="create a token; prints it alone last")
+    create.add_argument("--name", required=True)
+    create.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        choices=["read", "ingest", "admin"],
+        help="repeat for several scopes",
+    )
+    create.set_defaults(func=run_token_create)
+    listing = token_commands.add_parser("list", help="list tokens (never their secrets)")
+    listing.set_defaults(func=run_token_list)
+    revoke = token_commands.add_parser("revoke", help="revoke a token by name")
+    revoke.add_argument("name")
+    revoke.set_defaults(func=run_token_revoke)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.logs import configure_logging
+    from app.main import create_app
+    from app.migrate import upgrade_to_head
+
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    if not args.no_migrate:
+        upgrade_to_head(settings.database_url)
+    print(f"Devicedeck is serving on http://{args.host}:{args.port}/", flush=True)
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+    )
+    return 0
+
+
+def run_migrate(_args: argparse.Namespace) -> int:
+    from app.migrate import upgrade_to_head
+
+    settings = Settings()
+    upgrade_to_head(settings.database_url)
+    print("database schema is up to date")
+    return 0
+
+
+def _factory() -> Any:
+    from app.db import create_db_engine, make_session_factory
+
+    return make_session_factory(create_db_engine(Settings().database_url))
+
+
+def run_token_create(args: argparse.Namespace) -> int:
+    from app.auth import create_token
+    from app.clock import utcnow
+    from app.db import write_session
+    from app.inventory.errors import InvalidInput
+
+    try:
+        with write_session(_factory()) as session:
+            token, plaintext = create_token(session, args.name, args.scope, utcnow())
+            scopes = ",".join(token.scopes)
+    except InvalidInput as e:
+        for problem in e.problems:
+            print(f"error: {problem.field}: {problem.message}", file=sys.stderr)
+        return 2
+    print(f"created token {args.name!r} with scopes {scopes}; it is shown only now:")
+    print(plaintext)
+    return 0
+
+
+def run_token_list(_args: argparse.Namespace) -> int:
+    from app.auth import list_tokens
+
+    with _factory()() as session:
+        tokens = list_tokens(session)
+        print(f"{'NAME':<24} {'SCOPES':<20} {'CREATED':<26} {'LAST USED':<26} REVOKED")
+        for t in tokens:
+            print(
+                f"{t.name:<24} {','.join(t.scopes):<20} {t.created_at.isoformat():<26} "
+                f"{t.last_used_at.isoformat() if t.last_used_at else '-':<26} "
+                f"{t.revoked_at.isoformat() if t.revoked_at else '-'}"
+            )
+    return 0
+
+
+def run_token_revoke(args: argparse.Namespace) -> int:
+    from app.auth import revoke_token
+    from app.clock import utcnow
+    from app.db import write_session
+    from app.inventory.errors import NotFound
+
+    try:
+        with write_session(_factory()) as session:
+            revoke_token(session, args.name, utcnow())
+    except NotFound as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 1
+    print(f"revoked token {args.name!r}")
+    return 0

@@ -1,0 +1,84 @@
+"""The change log: event kinds, and writing them in the caller's transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.orm import Session
+
+from app.inventory.models import Event
+
+NOTIFY_CHANNEL = "devicedeck_events"
+
+EVENT_KINDS = (
+    "node_added",
+    "node_seen",
+    "node_stale",
+    "device_added",
+    "device_removed",
+    "device_reappeared",
+    "health_changed",
+    "topology_changed",
+    "allocated",
+    "released",
+    "claim_allocated",
+    "claim_released",
+    "plugin_registered",
+    "plugin_changed",
+    "admin_action",
+)
+
+
+@dataclass
+class EventLog:
+    """Events collected during one change, written together at the end of it."""
+
+    at: datetime
+    actor: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(
+        self,
+        kind: str,
+        *,
+        node: str | None = None,
+        resource: str | None = None,
+        device_id: str | None = None,
+        device_pk: int | None = None,
+        namespace: str | None = None,
+        pod: str | None = None,
+        container: str | None = None,
+        before: dict[str, Any] | None = None,
+        after: dict[str, Any] | None = None,
+    ) -> None:
+        assert kind in EVENT_KINDS, kind
+        self.rows.append(
+            {
+                "at": self.at,
+                "kind": kind,
+                "node": node,
+                "resource": resource,
+                "device_id": device_id,
+                "device_pk": device_pk,
+                "namespace": namespace,
+                "pod": pod,
+                "container": container,
+                "before": before,
+                "after": after,
+                "actor": self.actor,
+            }
+        )
+
+    def count(self, kind: str) -> int:
+        return sum(1 for row in self.rows if row["kind"] == kind)
+
+    def write(self, session: Session) -> None:
+        """Insert the events; on PostgreSQL also tell listeners, delivered at commit."""
+        if not self.rows:
+            return
+        session.execute(insert(Event), self.rows)
+        if session.get_bind().dialect.name == "postgresql":
+            session.execute(select(func.pg_notify(NOTIFY_CHANNEL, str(len(self.rows)))))

@@ -1,0 +1,181 @@
+"""Histories: the event feed, a device's health and allocation history, a node's details."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, select
+from sqlalchemy.orm import Session
+
+from app.inventory.errors import InvalidInput, Problem
+from app.inventory.events import EVENT_KINDS
+from app.inventory.models import (
+    Allocation,
+    Event,
+    Node,
+    NodeResource,
+    PluginRegistration,
+)
+from app.inventory.pages import Page, check_limit, decode_cursor, encode_cursor
+
+HEALTH_EVENT_KINDS = ("device_added", "health_changed", "device_removed", "device_reappeared")
+HISTORY_LIMIT = 500
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def event_summary(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "at": _iso(event.at),
+        "kind": event.kind,
+        "node": event.node,
+        "resource": event.resource,
+        "device_id": event.device_id,
+        "device": event.device_pk,
+        "namespace": event.namespace,
+        "pod": event.pod,
+        "container": event.container,
+        "before": event.before,
+        "after": event.after,
+        "actor": event.actor,
+    }
+
+
+@dataclass(frozen=True)
+class EventFilters:
+    node: str | None = None
+    resource: str | None = None
+    kind: str | None = None
+    since: datetime | None = None
+    device: int | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    after_id: int | None = None
+
+
+def _event_conditions(filters: EventFilters) -> list[ColumnElement[bool]]:
+    if filters.kind is not None and filters.kind not in EVENT_KINDS:
+        raise InvalidInput(
+            "kind is not an event kind",
+            [Problem("kind", "enum", f"must be one of {', '.join(EVENT_KINDS)}")],
+        )
+    if filters.since is not None and filters.since.tzinfo is None:
+        raise InvalidInput(
+            "since needs a time zone",
+            [
+                Problem(
+                    "since", "timezone_aware", "must carry a UTC offset, e.g. 2026-12-02T10:00:00Z"
+                )
+            ],
+        )
+    conditions: list[ColumnElement[bool]] = []
+    if filters.node is not None:
+        conditions.append(Event.node == filters.node)
+    if filters.resource is not None:
+        conditions.append(Event.resource == filters.resource)
+    if filters.kind is not None:
+        conditions.append(Event.kind == filters.kind)
+    if filters.since is not None:
+        conditions.append(Event.at >= filters.since)
+    if filters.device is not None:
+        conditions.append(Event.device_pk == filters.device)
+    if filters.namespace is not None:
+        conditions.append(Event.namespace == filters.namespace)
+    if filters.pod is not None:
+        conditions.append(Event.pod == filters.pod)
+    if filters.after_id is not None:
+        conditions.append(Event.id > filters.after_id)
+    return conditions
+
+
+def list_events(
+    session: Session, filters: EventFilters, *, cursor: str | None = None, limit: int = 50
+) -> Page[dict[str, Any]]:
+    """Events, newest first. The count is left out: the log grows without bound."""
+    check_limit(limit)
+    query = select(Event).where(*_event_conditions(filters))
+    if cursor:
+        query = query.where(Event.id < int(decode_cursor(cursor, "-id", 1)[0]))
+    events = list(session.scalars(query.order_by(Event.id.desc()).limit(limit + 1)))
+    more = len(events) > limit
+    events = events[:limit]
+    next_cursor = encode_cursor("-id", [events[-1].id]) if more and events else None
+    return Page(items=[event_summary(e) for e in events], next_cursor=next_cursor, count=None)
+
+
+def latest_event_id(session: Session) -> int:
+    return session.scalar(select(Event.id).order_by(Event.id.desc()).limit(1)) or 0
+
+
+def device_history(session: Session, device_pk: int) -> dict[str, Any]:
+    health = session.scalars(
+        select(Event)
+        .where(Event.device_pk == device_pk, Event.kind.in_(HEALTH_EVENT_KINDS))
+        .order_by(Event.id.desc())
+        .limit(HISTORY_LIMIT)
+    )
+    allocations = session.scalars(
+        select(Allocation)
+        .where(Allocation.device_pk == device_pk)
+        .order_by(Allocation.started.desc(), Allocation.id.desc())
+        .limit(HISTORY_LIMIT)
+    )
+    return {
+        "health_history": [
+            {
+                "at": _iso(e.at),
+                "kind": e.kind,
+                "health": (e.after or {}).get("health"),
+                "raw_health": (e.after or {}).get("raw_health"),
+                "state": (e.after or {}).get("state"),
+                "actor": e.actor,
+            }
+            for e in health
+        ],
+        "allocation_history": [
+            {
+                "namespace": a.namespace,
+                "pod": a.pod,
+                "pod_uid": a.pod_uid,
+                "container": a.container,
+                "started": _iso(a.started),
+                "ended": _iso(a.ended),
+            }
+            for a in allocations
+        ],
+    }
+
+
+def node_details(session: Session, node: Node) -> dict[str, Any]:
+    plugins = session.scalars(
+        select(PluginRegistration)
+        .where(PluginRegistration.node_id == node.id)
+        .order_by(PluginRegistration.resource)
+    )
+    allocatable = session.scalars(
+        select(NodeResource).where(NodeResource.node_id == node.id).order_by(NodeResource.resource)
+    )
+    return {
+        "plugins": [
+            {
+                "resource": p.resource,
+                "endpoint": p.endpoint,
+                "api_version": p.api_version,
+                "options": p.options,
+                "first_seen": _iso(p.first_seen),
+                "last_seen": _iso(p.last_seen),
+            }
+            for p in plugins
+        ],
+        "kubelet_allocatable": {r.resource: list(r.allocatable_device_ids) for r in allocatable},
+        "capacity": node.capacity or {},
+        "allocatable": node.allocatable or {},
+        "labels": node.labels or {},
+        "conditions": node.conditions or [],
+        "kube_synced_at": _iso(node.kube_synced_at),
+    }

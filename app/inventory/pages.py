@@ -1,0 +1,83 @@
+"""Keyset pagination: opaque cursors holding the sort key of the last row of a page."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import ColumnElement, literal, tuple_
+
+from app.inventory.errors import InvalidInput, Problem
+
+T = TypeVar("T")
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 1000
+
+
+@dataclass
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: str | None
+    count: int | None
+
+
+def encode_cursor(sort: str, values: list[Any]) -> str:
+    raw = json.dumps({"s": sort, "v": values}, separators=(",", ":"), default=str)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, sort: str, size: int) -> list[Any]:
+    """The key values in a cursor made for the same sort, or InvalidInput naming the field."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        values = data["v"]
+        valid = data["s"] == sort and isinstance(values, list) and len(values) == size
+    except (ValueError, KeyError, TypeError, binascii.Error) as e:
+        raise _bad_cursor("is not a cursor this API made") from e
+    if not valid:
+        raise _bad_cursor("was made for another sort order; start again without a cursor")
+    return list(values)
+
+
+def _bad_cursor(why: str) -> InvalidInput:
+    return InvalidInput(f"cursor {why}", [Problem("cursor", "cursor", why)])
+
+
+def after_key(
+    columns: list[ColumnElement[Any]], values: list[Any], descending: bool
+) -> ColumnElement[bool]:
+    """Rows strictly after the cursor's key in the page order (all columns one direction)."""
+    left = tuple_(*columns)
+    right = tuple_(*(_bind(column, value) for column, value in zip(columns, values, strict=True)))
+    return left < right if descending else left > right
+
+
+def _bind(column: ColumnElement[Any], value: Any) -> ColumnElement[Any]:
+    if isinstance(value, str) and _python_type(column) is datetime:
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError as e:
+            raise _bad_cursor("holds a time this API did not write") from e
+    return literal(value, type_=column.type)
+
+
+def _python_type(column: ColumnElement[Any]) -> type | None:
+    try:
+        return column.type.python_type
+    except NotImplementedError:
+        return None
+
+
+def check_limit(limit: int) -> int:
+    if limit < 1 or limit > MAX_LIMIT:
+        raise InvalidInput(
+            f"limit must be between 1 and {MAX_LIMIT}",
+            [Problem("limit", "range", f"must be between 1 and {MAX_LIMIT}")],
+        )
+    return limit

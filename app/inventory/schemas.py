@@ -1,0 +1,293 @@
+"""Snapshot shapes as the agent (or grpcurl) posts them: the kubelet's proto3-JSON names.
+
+Both the JSON names protobuf prints (camelCase) and the proto field names (snake_case) are
+accepted, so `grpcurl ... v1.PodResourcesLister/List` output can be posted as it is. Fields
+the kubelet adds that Devicedeck does not use (cpuIds, memory) are ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from app.kubelet import names
+
+MAX_DEVICES_PER_SNAPSHOT = 4096
+MAX_PODS_PER_SNAPSHOT = 4096
+MAX_CONTAINERS_PER_POD = 64
+MAX_NUMA_ID = 4095
+MAX_SEQ = 2**63 - 1
+
+
+def _alias(snake: str, camel: str) -> Any:
+    return Field(default_factory=list, validation_alias=AliasChoices(snake, camel))
+
+
+def _check(problem: str | None, rule: str) -> None:
+    if problem:
+        raise PydanticCustomError(rule, problem)
+
+
+def check_node_name(value: str) -> str:
+    _check(names.dns1123_subdomain_problem(value), "dns1123_subdomain")
+    return value
+
+
+def check_resource_name(value: str) -> str:
+    _check(names.extended_resource_name_problem(value), "extended_resource_name")
+    return value
+
+
+def check_namespace(value: str) -> str:
+    _check(names.dns1123_label_problem(value), "dns1123_label")
+    return value
+
+
+def check_device_id(value: str) -> str:
+    _check(names.device_id_problem(value), "device_id")
+    return value
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+
+class Source(_Input):
+    """Where a snapshot comes from: one boot of one sender, and its place in that sequence."""
+
+    boot_id: Annotated[str, StringConstraints(min_length=1, max_length=128)] = Field(
+        validation_alias=AliasChoices("boot_id", "bootId")
+    )
+    seq: int = Field(ge=0, le=MAX_SEQ)
+
+
+class NUMANode(_Input):
+    ID: int = Field(ge=0, le=MAX_NUMA_ID)
+
+
+class TopologyInfo(_Input):
+    nodes: list[NUMANode] = Field(default_factory=list, max_length=MAX_NUMA_ID + 1)
+
+    def numa_ids(self) -> list[int]:
+        return sorted({n.ID for n in self.nodes})
+
+
+class PluginDevice(_Input):
+    ID: str
+    health: Annotated[str, StringConstraints(max_length=64)] = ""
+    topology: TopologyInfo | None = None
+
+    _check_id = field_validator("ID")(check_device_id)
+
+
+class PluginOptions(_Input):
+    pre_start_required: bool = Field(
+        default=False, validation_alias=AliasChoices("pre_start_required", "preStartRequired")
+    )
+    get_preferred_allocation_available: bool = Field(
+        default=False,
+        validation_alias=AliasChoices(
+            "get_preferred_allocation_available", "getPreferredAllocationAvailable"
+        ),
+    )
+
+
+class PluginInfo(_Input):
+    endpoint: Annotated[str, StringConstraints(max_length=512)] | None = None
+    version: Annotated[str, StringConstraints(max_length=32)] | None = None
+    options: PluginOptions | None = None
+
+
+def _canonical_hash(content: Any) -> str:
+    encoded = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+class ListAndWatchSnapshot(_Input):
+    """One ListAndWatchResponse for one (node, resource), with where it came from."""
+
+    node: str
+    resource: str
+    source: Source
+    observed_at: AwareDatetime
+    plugin: PluginInfo | None = None
+    health_source: Literal["plugin", "derived"] = "plugin"
+    devices: list[PluginDevice] = Field(max_length=MAX_DEVICES_PER_SNAPSHOT)
+
+    _check_node = field_validator("node")(check_node_name)
+    _check_resource = field_validator("resource")(check_resource_name)
+
+    @field_validator("devices")
+    @classmethod
+    def _unique_ids(cls, devices: list[PluginDevice]) -> list[PluginDevice]:
+        first_index: dict[str, int] = {}
+        for index, device in enumerate(devices):
+            if device.ID in first_index:
+                raise PydanticCustomError(
+                    "unique",
+                    "device ID {id!r} at index {index} repeats the one at index {first}",
+                    {"id": device.ID, "index": index, "first": first_index[device.ID]},
+                )
+            first_index[device.ID] = index
+        return devices
+
+    def content_hash(self) -> str:
+        return _canonical_hash(
+            {
+                "plugin": self.plugin.model_dump() if self.plugin else None,
+                "health_source": self.health_source,
+                "devices": sorted(
+                    (d.ID, d.health, d.topology.numa_ids() if d.topology else [])
+                    for d in self.devices
+                ),
+            }
+        )
+
+
+class ContainerDevices(_Input):
+    resource_name: str = Field(validation_alias=AliasChoices("resource_name", "resourceName"))
+    device_ids: list[str] = _alias("device_ids", "deviceIds")
+    topology: TopologyInfo | None = None
+
+    _check_resource = field_validator("resource_name")(check_resource_name)
+
+    @field_validator("device_ids")
+    @classmethod
+    def _check_ids(cls, ids: list[str]) -> list[str]:
+        for value in ids:
+            check_device_id(value)
+        return ids
+
+
+class CDIDevice(_Input):
+    name: Annotated[str, StringConstraints(max_length=512)]
+
+
+class ClaimResource(_Input):
+    cdi_devices: list[CDIDevice] = _alias("cdi_devices", "cdiDevices")
+    driver_name: Annotated[str, StringConstraints(min_length=1, max_length=253)] = Field(
+        validation_alias=AliasChoices("driver_name", "driverName")
+    )
+    pool_name: Annotated[str, StringConstraints(min_length=1, max_length=253)] = Field(
+        validation_alias=AliasChoices("pool_name", "poolName")
+    )
+    device_name: Annotated[str, StringConstraints(min_length=1, max_length=253)] = Field(
+        validation_alias=AliasChoices("device_name", "deviceName")
+    )
+    share_id: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        default=None, validation_alias=AliasChoices("share_id", "shareId")
+    )
+
+
+class DynamicResource(_Input):
+    claim_name: Annotated[str, StringConstraints(min_length=1, max_length=253)] = Field(
+        validation_alias=AliasChoices("claim_name", "claimName")
+    )
+    claim_namespace: str = Field(validation_alias=AliasChoices("claim_namespace", "claimNamespace"))
+    claim_resources: list[ClaimResource] = _alias("claim_resources", "claimResources")
+
+    _check_namespace = field_validator("claim_namespace")(check_namespace)
+
+
+class ContainerResources(_Input):
+    name: str
+    devices: list[ContainerDevices] = Field(
+        default_factory=list, max_length=MAX_DEVICES_PER_SNAPSHOT
+    )
+    dynamic_resources: list[DynamicResource] = _alias("dynamic_resources", "dynamicResources")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        _check(names.dns1123_label_problem(value), "dns1123_label")
+        return value
+
+
+class PodResources(_Input):
+    name: str
+    namespace: str
+    # Not in the kubelet's message; the agent adds it from the checkpoint when it can.
+    uid: Annotated[str, StringConstraints(max_length=64)] | None = None
+    containers: list[ContainerResources] = Field(
+        default_factory=list, max_length=MAX_CONTAINERS_PER_POD
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        _check(names.pod_name_problem(value), "dns1123_subdomain")
+        return value
+
+    _check_namespace = field_validator("namespace")(check_namespace)
+
+    @field_validator("containers")
+    @classmethod
+    def _unique_containers(cls, containers: list[ContainerResources]) -> list[ContainerResources]:
+        seen: set[str] = set()
+        for container in containers:
+            if container.name in seen:
+                raise PydanticCustomError(
+                    "unique", "container name {name!r} repeats", {"name": container.name}
+                )
+            seen.add(container.name)
+        return containers
+
+
+class AllocatableResources(_Input):
+    devices: list[ContainerDevices] = Field(
+        default_factory=list, max_length=MAX_DEVICES_PER_SNAPSHOT * 4
+    )
+
+
+class PodResourcesSnapshot(_Input):
+    """One ListPodResourcesResponse for a node, optionally with its allocatable devices."""
+
+    node: str
+    source: Source
+    observed_at: AwareDatetime
+    pod_resources: list[PodResources] = Field(
+        default_factory=list,
+        max_length=MAX_PODS_PER_SNAPSHOT,
+        validation_alias=AliasChoices("pod_resources", "podResources"),
+    )
+    allocatable: AllocatableResources | None = None
+
+    _check_node = field_validator("node")(check_node_name)
+
+    @model_validator(mode="after")
+    def _unique_pods(self) -> PodResourcesSnapshot:
+        seen: dict[tuple[str, str], int] = {}
+        for index, pod in enumerate(self.pod_resources):
+            key = (pod.namespace, pod.name)
+            if key in seen:
+                raise PydanticCustomError(
+                    "unique",
+                    "pod_resources[{index}]: pod {ns}/{name} repeats pod_resources[{first}]",
+                    {"index": index, "ns": pod.namespace, "name": pod.name, "first": seen[key]},
+                )
+            seen[key] = index
+        return self
+
+    def content_hash(self) -> str:
+        return _canonical_hash(
+            {
+                "pods": sorted(
+                    (p.namespace, p.name, p.uid, [c.model_dump() for c in p.containers])
+                    for p in self.pod_resources
+                ),
+                "allocatable": self.allocatable.model_dump() if self.allocatable else None,
+            }
+        )

@@ -1,0 +1,117 @@
+"""The FastAPI application: built from Settings, with everything it owns started in lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from datetime import timedelta
+from typing import Any
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api import ingest, inventory, service, tokens
+from app.api.errors import install_error_handlers
+from app.api.limits import BodyLimitMiddleware
+from app.clock import utcnow
+from app.config import AuthMode, Settings
+from app.db import create_db_engine, make_session_factory, write_session
+from app.inventory.queries import Clock, devices_by_resource_and_health
+from app.inventory.staleness import mark_stale_nodes
+from app.metrics import ServiceMetrics
+
+log = logging.getLogger(__name__)
+
+API_DESCRIPTION = """Every device that Kubernetes device plugins expose on every node: what it
+is, how healthy it has been, and which pod holds it. Node agents post kubelet snapshots to
+`/api/v1/ingest/*`; everything else reads. Send `Authorization: Bearer <token>`; tokens have the
+scopes `read`, `ingest` and `admin`."""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_db_engine(settings.database_url)
+        app.state.engine = engine
+        app.state.session_factory = make_session_factory(engine)
+        metrics = ServiceMetrics()
+        metrics.watch_inventory(
+            app.state.session_factory,
+            lambda session: devices_by_resource_and_health(session, _clock(settings)),
+        )
+        app.state.metrics = metrics
+        if settings.auth is AuthMode.OFF:
+            log.warning(
+                "AUTHENTICATION IS OFF: anyone who can reach this service can read and change "
+                "the inventory. DEVICEDECK_AUTH=off is meant for local demos only."
+            )
+        background = BackgroundTasks()
+        background.start(stale_sweep(app, settings), name="stale-sweep")
+        for starter in app.state.background_starters:
+            starter(app, background)
+        app.state.background = background
+        try:
+            yield
+        finally:
+            await background.stop()
+            engine.dispose()
+
+    app = FastAPI(
+        title="Devicedeck",
+        version=__version__,
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    # Other parts (dashboard live updates, cluster watcher) add (app, tasks) -> None starters.
+    app.state.background_starters = []
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit)
+    app.include_router(service.router)
+    app.include_router(ingest.router)
+    app.include_router(inventory.router)
+    app.include_router(tokens.router)
+    return app
+
+
+def _clock(settings: Settings) -> Clock:
+    return Clock(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
+
+
+class BackgroundTasks:
+    """Owns the app's background tasks and cancels them at shutdown."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self.tasks.append(asyncio.create_task(coro, name=name))
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def stale_sweep(app: FastAPI, settings: Settings) -> None:
+    interval = max(1.0, settings.stale_after / 3)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.to_thread(_sweep_once, app, settings)
+        except Exception:
+            log.exception("stale sweep failed; will retry")
+
+
+def _sweep_once(app: FastAPI, settings: Settings) -> None:
+    clock = _clock(settings)
+    with write_session(app.state.session_factory) as session:
+        names = mark_stale_nodes(session, clock.now, clock.cutoff)
+    if names:
+        log.info("nodes turned stale count=%d names=%s", len(names), ",".join(names[:20]))

@@ -1,0 +1,62 @@
+"""Prometheus metrics of the service. Device counts are read from the database at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy.orm import Session, sessionmaker
+
+DeviceCounter = Callable[[Session], list[tuple[str, str, int]]]
+
+
+class ServiceMetrics:
+    """One registry per app, so several apps in one process (tests) do not collide."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.ingest_total = Counter(
+            "devicedeck_ingest_snapshots_total",
+            "Snapshots received, by kind and outcome.",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
+        self.ingest_seconds = Histogram(
+            "devicedeck_ingest_duration_seconds",
+            "Time to apply one snapshot, by kind.",
+            ["kind"],
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )
+
+    def watch_inventory(self, factory: sessionmaker[Session], counter: DeviceCounter) -> None:
+        self.registry.register(_InventoryCollector(factory, counter))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _InventoryCollector(Collector):
+    def __init__(self, factory: sessionmaker[Session], counter: DeviceCounter) -> None:
+        self.factory = factory
+        self.counter = counter
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(
+            "devicedeck_devices",
+            "Present devices by resource and health (Unknown for stale nodes).",
+            labels=["resource", "health"],
+        )
+        with self.factory() as session:
+            for resource, health, count in self.counter(session):
+                gauge.add_metric([resource, health], count)
+        yield gauge
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "devicedeck_devices",
+            "Present devices by resource and health (Unknown for stale nodes).",
+            labels=["resource", "health"],
+        )
