@@ -185,7 +185,7 @@ def _replace_device_list(
             )
     if new_devices:
         session.add_all(new_devices)
-        session.flush(new_devices)
+        session.flush()
         for device in new_devices:
             log.add(
                 "device_added",
@@ -357,7 +357,7 @@ def _ensure_devices(
         devices[(resource, device_id)] = device
     if created:
         session.add_all(created)
-        session.flush(created)
+        session.flush()
         for device in created:
             log.add(
                 "device_added",

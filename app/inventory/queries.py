@@ -423,8 +423,9 @@ def list_resources(
     per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
     totals: dict[str, dict[str, int]] = defaultdict(_empty_counts)
     if names:
-        node_names = dict(
-            session.execute(
+        node_names: dict[int, str] = {
+            node_id: name
+            for node_id, name in session.execute(
                 select(Node.id, Node.name).where(
                     exists().where(
                         Device.node_id == Node.id,
@@ -432,8 +433,8 @@ def list_resources(
                         Device.state == PRESENT,
                     )
                 )
-            ).tuples()
-        )
+            )
+        }
         counts = device_counts(session, clock)
         for (node_id, resource), value in counts.items():
             if resource not in names:
