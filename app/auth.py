@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.inventory.errors import InvalidInput, NotFound, Problem
@@ -82,13 +82,28 @@ def revoke_token(session: Session, name: str, now: datetime) -> ApiToken:
     return token
 
 
-def authenticate(session: Session, plaintext: str, now: datetime) -> Principal | None:
-    """The principal for a presented token, or None if it is unknown or revoked."""
+@dataclass(frozen=True)
+class Authentication:
+    principal: Principal
+    token_id: int
+    # True when last_used_at is older than its resolution and should be written.
+    touch: bool
+
+
+def authenticate(session: Session, plaintext: str, now: datetime) -> Authentication | None:
+    """Who a presented token belongs to, or None if it is unknown or revoked. Reads only."""
     token = session.scalars(
         select(ApiToken).where(ApiToken.token_hash == hash_token(plaintext))
     ).one_or_none()
     if token is None or token.revoked_at is not None:
         return None
-    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
-        token.last_used_at = now
-    return Principal(name=token.name, scopes=frozenset(token.scopes))
+    touch = token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION
+    return Authentication(
+        principal=Principal(name=token.name, scopes=frozenset(token.scopes)),
+        token_id=token.id,
+        touch=touch,
+    )
+
+
+def record_token_use(session: Session, token_id: int, now: datetime) -> None:
+    session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=now))

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.auth import ANONYMOUS_ADMIN, Principal, authenticate
+from app.auth import ANONYMOUS_ADMIN, Principal, authenticate, record_token_use
 from app.clock import utcnow
 from app.config import AuthMode, Settings
 from app.db import write_session
@@ -61,13 +61,17 @@ def current_principal(
         raise HTTPException(
             401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
         )
-    with write_session(factory) as session:
-        principal = authenticate(session, token, utcnow())
-    if principal is None:
+    now = utcnow()
+    with factory() as session:
+        found = authenticate(session, token, now)
+    if found is None:
         raise HTTPException(
             401, "the token is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
         )
-    return principal
+    if found.touch:
+        with write_session(factory) as session:
+            record_token_use(session, found.token_id, now)
+    return found.principal
 
 
 def require(scope: str) -> Callable[[Principal], Principal]:

@@ -32,6 +32,7 @@ from app.inventory.nodes import (
     lock_node,
     mark_node_seen,
     record_receipt,
+    record_unchanged_snapshot,
 )
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
 
@@ -60,6 +61,25 @@ class IngestResult:
         return asdict(self)
 
 
+def _unchanged(
+    session: Session,
+    node_name: str,
+    stream: str,
+    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
+    content_hash: str,
+    now: datetime,
+) -> bool:
+    return record_unchanged_snapshot(
+        session,
+        node_name=node_name,
+        stream=stream,
+        source=snapshot.source,
+        content_hash=content_hash,
+        observed_at=snapshot.observed_at,
+        now=now,
+    )
+
+
 def kubelet_health(raw: str) -> str:
     """The kubelet counts only the exact string "Healthy" as healthy."""
     return HEALTHY if raw == HEALTHY else UNHEALTHY
@@ -68,11 +88,13 @@ def kubelet_health(raw: str) -> str:
 def apply_listandwatch_snapshot(
     session: Session, snapshot: ListAndWatchSnapshot, *, now: datetime, actor: str
 ) -> IngestResult:
+    stream = listandwatch_stream(snapshot.resource)
+    content_hash = snapshot.content_hash()
+    if _unchanged(session, snapshot.node, stream, snapshot, content_hash, now):
+        return IngestResult()
     log = EventLog(at=now, actor=actor)
     node = lock_node(session, snapshot.node, now, log)
-    stream = listandwatch_stream(snapshot.resource)
     receipt = find_receipt(session, node.id, stream)
-    content_hash = snapshot.content_hash()
     order = check_order(receipt, snapshot.source, content_hash, stream)
     mark_node_seen(session, node, now, log)
     if order is Order.REPEAT:
@@ -244,10 +266,12 @@ ClaimKey = tuple[str, str, str, str, str, str, str, str, str | None]
 def apply_podresources_snapshot(
     session: Session, snapshot: PodResourcesSnapshot, *, now: datetime, actor: str
 ) -> IngestResult:
+    content_hash = snapshot.content_hash()
+    if _unchanged(session, snapshot.node, PODRESOURCES_STREAM, snapshot, content_hash, now):
+        return IngestResult()
     log = EventLog(at=now, actor=actor)
     node = lock_node(session, snapshot.node, now, log)
     receipt = find_receipt(session, node.id, PODRESOURCES_STREAM)
-    content_hash = snapshot.content_hash()
     order = check_order(receipt, snapshot.source, content_hash, PODRESOURCES_STREAM)
     mark_node_seen(session, node, now, log)
     if order is Order.REPEAT:

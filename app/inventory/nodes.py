@@ -130,3 +130,50 @@ def listandwatch_stream(resource: str) -> str:
 
 
 PODRESOURCES_STREAM = "podresources"
+
+
+def record_unchanged_snapshot(
+    session: Session,
+    *,
+    node_name: str,
+    stream: str,
+    source: Source,
+    content_hash: str,
+    observed_at: datetime,
+    now: datetime,
+) -> bool:
+    """The common case in two statements: a newer seq whose content equals the last applied.
+
+    Touches only the node's last-seen time and the stream's receipt. Returns False, having
+    changed nothing that matters, when the snapshot needs the full path (new node, stale node,
+    other content, other boot, older or repeated seq). The first UPDATE also takes the node's
+    row lock, as the full path would.
+    """
+    node_id = session.execute(
+        update(Node)
+        .where(Node.name == node_name, Node.stale_since.is_(None))
+        .values(last_seen=now)
+        .returning(Node.id)
+    ).scalar_one_or_none()
+    if node_id is None:
+        return False
+    touched = cast(
+        CursorResult[Any],
+        session.execute(
+            update(IngestReceipt)
+            .where(
+                IngestReceipt.node_id == node_id,
+                IngestReceipt.stream == stream,
+                IngestReceipt.boot_id == source.boot_id,
+                IngestReceipt.seq < source.seq,
+                IngestReceipt.content_hash == content_hash,
+            )
+            .values(
+                seq=source.seq,
+                payload_hash=content_hash,
+                observed_at=observed_at,
+                received_at=now,
+            )
+        ),
+    )
+    return touched.rowcount == 1

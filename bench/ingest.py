@@ -1,0 +1,238 @@
+"""Ingest throughput benchmark.
+
+Starts `devicedeck serve` (one uvicorn worker) on SQLite or PostgreSQL, then simulates N nodes
+(8 devices each, pods holding them) posting snapshots with concurrency C:
+
+1. baseline: GET /livez, the same client and server doing the least work possible;
+2. changed: PodResources snapshots whose pods differ from the node's previous snapshot;
+3. unchanged: the same snapshots again with a higher seq.
+
+Prints snapshots/s, p50/p99 latency, and each rate as a ratio of the /livez rate measured in the
+same run, because the machines this runs on are shared and noisy.
+
+    .venv/bin/python bench/ingest.py --db postgresql --nodes 200 --concurrency 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICEDECK = [sys.executable, "-m", "app.cli"]
+DEVICES_PER_NODE = 8
+RESOURCE = "example.com/gpu"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def database_url(kind: str, workdir: Path) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{workdir / 'bench.db'}"
+    name = "devicedeck_bench"
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+
+
+def start_service(url: str, port: int, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    env = {**os.environ, "DEVICEDECK_DATABASE_URL": url, "DEVICEDECK_LOG_LEVEL": "WARNING"}
+    subprocess.run([*DEVICEDECK, "migrate"], env=env, check=True, cwd=ROOT, capture_output=True)
+    made = subprocess.run(
+        [*DEVICEDECK, "token", "create", "--name", "bench", "--scope", "ingest", "--scope", "read"],
+        env=env,
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    token = made.stdout.strip().splitlines()[-1]
+    log = open(workdir / "service.log", "wb")  # noqa: SIM115 - closed with the process
+    process = subprocess.Popen(
+        [*DEVICEDECK, "serve", "--port", str(port), "--no-migrate"],
+        env=env,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/livez", timeout=1).status_code == 200:
+                return process, token
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise SystemExit("service did not start; see service.log")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def plugin_snapshot(node: str, seq: int) -> dict[str, Any]:
+    return {
+        "node": node,
+        "resource": RESOURCE,
+        "source": {"boot_id": "bench", "seq": seq},
+        "observed_at": now(),
+        "devices": [
+            {"ID": f"{node}-gpu{i}", "health": "Healthy", "topology": {"nodes": [{"ID": i // 4}]}}
+            for i in range(DEVICES_PER_NODE)
+        ],
+    }
+
+
+def pods_snapshot(node: str, seq: int, variant: int) -> dict[str, Any]:
+    """Four pods with two devices each; each variant moves the pods to other devices."""
+    pods = []
+    for p in range(4):
+        first = (p * 2 + variant) % DEVICES_PER_NODE
+        ids = [f"{node}-gpu{first}", f"{node}-gpu{(first + 1) % DEVICES_PER_NODE}"]
+        pods.append(
+            {
+                "name": f"job-{variant}-{p}",
+                "namespace": "bench",
+                "containers": [
+                    {
+                        "name": "main",
+                        "devices": [
+                            {
+                                "resourceName": RESOURCE,
+                                "deviceIds": [device_id],
+                                "topology": {"nodes": [{"ID": str(int(device_id[-1]) // 4)}]},
+                            }
+                            for device_id in ids
+                        ],
+                    }
+                ],
+            }
+        )
+    return {
+        "node": node,
+        "source": {"boot_id": "bench", "seq": seq},
+        "observed_at": now(),
+        "podResources": pods,
+    }
+
+
+async def run_phase(
+    client: httpx.AsyncClient,
+    requests: list[tuple[str, str, dict[str, Any] | None]],
+    concurrency: int,
+) -> tuple[float, list[float]]:
+    queue: asyncio.Queue[tuple[str, str, dict[str, Any] | None]] = asyncio.Queue()
+    for item in requests:
+        queue.put_nowait(item)
+    latencies: list[float] = []
+
+    async def worker() -> None:
+        while not queue.empty():
+            method, path, body = queue.get_nowait()
+            started = time.perf_counter()
+            response = await client.request(method, path, json=body)
+            latencies.append(time.perf_counter() - started)
+            if response.status_code != 200:
+                raise SystemExit(
+                    f"{method} {path} answered {response.status_code}: {response.text}"
+                )
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started, latencies
+
+
+def report(name: str, count: int, elapsed: float, latencies: list[float], baseline: float) -> None:
+    rate = count / elapsed
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    print(
+        f"{name:<22} {rate:8.1f}/s  p50 {statistics.median(ordered) * 1000:6.1f} ms  "
+        f"p99 {p99 * 1000:6.1f} ms  ratio to /livez {rate / baseline:5.3f}"
+    )
+
+
+async def bench(port: int, token: str, nodes: int, concurrency: int, rounds: int) -> None:
+    names = [f"bench-node-{i:05d}" for i in range(nodes)]
+    headers = {"Authorization": f"Bearer {token}"}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}", headers=headers, limits=limits, timeout=60
+    ) as client:
+        # Warm up and create every node with its devices.
+        await run_phase(
+            client,
+            [("POST", "/api/v1/ingest/listandwatch", plugin_snapshot(n, 1)) for n in names],
+            concurrency,
+        )
+        livez = [("GET", "/livez", None)] * (nodes * rounds)
+        elapsed, lat = await run_phase(client, livez, concurrency)
+        baseline = len(livez) / elapsed
+        report("GET /livez (baseline)", len(livez), elapsed, lat, baseline)
+
+        seq = 1
+        changed: list[tuple[str, str, dict[str, Any] | None]] = []
+        for r in range(rounds):
+            seq += 1
+            changed += [
+                ("POST", "/api/v1/ingest/podresources", pods_snapshot(n, seq, r)) for n in names
+            ]
+        elapsed, lat = await run_phase(client, changed, concurrency)
+        report("changed snapshots", len(changed), elapsed, lat, baseline)
+
+        unchanged: list[tuple[str, str, dict[str, Any] | None]] = []
+        for _ in range(rounds):
+            seq += 1
+            unchanged += [
+                ("POST", "/api/v1/ingest/podresources", pods_snapshot(n, seq, rounds - 1))
+                for n in names
+            ]
+        elapsed, lat = await run_phase(client, unchanged, concurrency)
+        report("unchanged snapshots", len(unchanged), elapsed, lat, baseline)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3, help="snapshots per node per phase")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="devicedeck-bench-"))
+    port = free_port()
+    process, token = start_service(database_url(args.db, workdir), port, workdir)
+    try:
+        print(
+            f"database={args.db} nodes={args.nodes} devices/node={DEVICES_PER_NODE} "
+            f"concurrency={args.concurrency} rounds={args.rounds} cpus={os.cpu_count()}"
+        )
+        asyncio.run(bench(port, token, args.nodes, args.concurrency, args.rounds))
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
