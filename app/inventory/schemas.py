@@ -12,6 +12,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     AwareDatetime,
     BaseModel,
@@ -19,10 +20,10 @@ from pydantic import (
     Field,
     StringConstraints,
     field_validator,
-    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from app.inventory.errors import InvalidInput, Problem
 from app.kubelet import names
 
 MAX_DEVICES_PER_SNAPSHOT = 4096
@@ -64,6 +65,14 @@ def check_device_id(value: str) -> str:
 class _Input(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # PostgreSQL text cannot hold NUL; refuse it here rather than fail mid-transaction.
+        if isinstance(value, str) and "\x00" in value:
+            raise PydanticCustomError("no_nul", "must not contain NUL characters")
+        return value
+
 
 class Source(_Input):
     """Where a snapshot comes from: one boot of one sender, and its place in that sequence."""
@@ -75,7 +84,8 @@ class Source(_Input):
 
 
 class NUMANode(_Input):
-    ID: int = Field(ge=0, le=MAX_NUMA_ID)
+    # proto3 JSON leaves zero values out, so NUMA node 0 arrives as {}.
+    ID: int = Field(default=0, ge=0, le=MAX_NUMA_ID)
 
 
 class TopologyInfo(_Input):
@@ -157,19 +167,16 @@ class ListAndWatchSnapshot(_Input):
         )
 
 
+DeviceId = Annotated[str, AfterValidator(check_device_id)]
+
+
 class ContainerDevices(_Input):
     resource_name: str = Field(validation_alias=AliasChoices("resource_name", "resourceName"))
-    device_ids: list[str] = _alias("device_ids", "deviceIds")
+    # Checked one by one so an error names the index of the bad ID.
+    device_ids: list[DeviceId] = _alias("device_ids", "deviceIds")
     topology: TopologyInfo | None = None
 
     _check_resource = field_validator("resource_name")(check_resource_name)
-
-    @field_validator("device_ids")
-    @classmethod
-    def _check_ids(cls, ids: list[str]) -> list[str]:
-        for value in ids:
-            check_device_id(value)
-        return ids
 
 
 class CDIDevice(_Input):
@@ -267,10 +274,11 @@ class PodResourcesSnapshot(_Input):
 
     _check_node = field_validator("node")(check_node_name)
 
-    @model_validator(mode="after")
-    def _unique_pods(self) -> PodResourcesSnapshot:
+    @field_validator("pod_resources")
+    @classmethod
+    def _unique_pods(cls, pods: list[PodResources]) -> list[PodResources]:
         seen: dict[tuple[str, str], int] = {}
-        for index, pod in enumerate(self.pod_resources):
+        for index, pod in enumerate(pods):
             key = (pod.namespace, pod.name)
             if key in seen:
                 raise PydanticCustomError(
@@ -279,7 +287,16 @@ class PodResourcesSnapshot(_Input):
                     {"index": index, "ns": pod.namespace, "name": pod.name, "first": seen[key]},
                 )
             seen[key] = index
-        return self
+        return pods
+
+    def device_entries(self) -> int:
+        """Device IDs the snapshot lists, counting each NUMA repeat: what its size is bounded by."""
+        return sum(
+            len(entry.device_ids)
+            for pod in self.pod_resources
+            for container in pod.containers
+            for entry in container.devices
+        )
 
     def content_hash(self) -> str:
         return _canonical_hash(
@@ -291,3 +308,27 @@ class PodResourcesSnapshot(_Input):
                 "allocatable": self.allocatable.model_dump() if self.allocatable else None,
             }
         )
+
+
+def _too_long(field: str, limit: int, what: str, actual: int) -> Problem:
+    return Problem(field, "too_long", f"must list at most {limit} {what}, not {actual}")
+
+
+def check_snapshot_size(
+    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot, *, max_devices: int, max_pods: int
+) -> None:
+    """The configured snapshot size limits (the schema itself only has hard upper bounds)."""
+    problems: list[Problem] = []
+    if isinstance(snapshot, ListAndWatchSnapshot):
+        if len(snapshot.devices) > max_devices:
+            problems.append(_too_long("devices", max_devices, "devices", len(snapshot.devices)))
+    else:
+        if len(snapshot.pod_resources) > max_pods:
+            problems.append(
+                _too_long("pod_resources", max_pods, "pods", len(snapshot.pod_resources))
+            )
+        entries = snapshot.device_entries()
+        if entries > max_devices:
+            problems.append(_too_long("pod_resources", max_devices, "device IDs", entries))
+    if problems:
+        raise InvalidInput("snapshot is over the size limit", problems)

@@ -88,8 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     run_protoc(REPO_ROOT)
-    for rel in generated_files():
-        print(f"generated: {rel.as_posix()}")
+    for path in generated_files():
+        print(f"generated: {path.as_posix()}")
     return 0
 
 

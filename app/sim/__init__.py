@@ -1,0 +1,1 @@
+"""Simulated device plugins, kubelet and nodes speaking the kubelet's real protocols."""

@@ -1,0 +1,119 @@
+"""`devicedeck sim-plugin`: run one simulated device plugin against a kubelet root.
+
+    devicedeck sim-plugin --root /tmp/node-a --resource example.com/dongle --count 4
+
+The plugin serves DIR/device-plugins/<socket> and registers with
+DIR/device-plugins/kubelet.sock (waiting for it if the kubelet is not up yet), then
+runs until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from app.sim.plugin import (
+    DEFAULT_NODE_NAME,
+    PROFILES,
+    HealthDriver,
+    HealthEvent,
+    SimDevicePlugin,
+    parse_health_script,
+)
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "sim-plugin",
+        help="run a simulated device plugin",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--root", required=True, type=Path, help="kubelet root directory")
+    parser.add_argument("--resource", required=True, help="resource name, e.g. example.com/dongle")
+    parser.add_argument("--count", required=True, type=int, help="number of devices")
+    parser.add_argument("--profile", choices=PROFILES, default="dongle", help="device kind")
+    parser.add_argument(
+        "--numa",
+        type=int,
+        default=1,
+        metavar="K",
+        help="spread devices over K NUMA nodes; 0 reports no topology (default 1)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for ids and flaps")
+    parser.add_argument("--node", default=DEFAULT_NODE_NAME, help="node name the ids derive from")
+    parser.add_argument("--socket-name", help="plugin socket file name (default from resource)")
+    parser.add_argument(
+        "--flap-interval",
+        type=float,
+        metavar="SECONDS",
+        help="toggle a random device's health about every SECONDS (default: never)",
+    )
+    parser.add_argument(
+        "--health-script",
+        type=Path,
+        metavar="FILE",
+        help="lines 'AT_SECONDS DEVICE_ID Healthy|Unhealthy|unplug|plug' (DEVICE_ID may be #N)",
+    )
+    parser.add_argument(
+        "--pre-start-required", action="store_true", help="ask for PreStartContainer"
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        )
+    events: list[HealthEvent] = []
+    try:
+        if args.health_script is not None:
+            events = parse_health_script(args.health_script.read_text())
+        plugin = SimDevicePlugin(
+            args.resource,
+            root=args.root,
+            count=args.count,
+            profile=args.profile,
+            numa_nodes=args.numa,
+            seed=args.seed,
+            node_name=args.node,
+            socket_name=args.socket_name,
+            pre_start_required=args.pre_start_required,
+        )
+        driver = HealthDriver(
+            plugin, events=events, flap_interval=args.flap_interval, seed=args.seed
+        )
+    except (OSError, ValueError) as e:
+        log.error("event=sim_plugin_invalid reason=%s", e)
+        return 2
+
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("event=signal signal=%s", signal.Signals(signum).name)
+        stop_requested.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            plugin.start()
+        except (OSError, RuntimeError) as e:
+            log.error("event=sim_plugin_failed reason=%s", e)
+            return 1
+        driver.start()
+        stop_requested.wait()
+    finally:
+        driver.stop()
+        plugin.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 0
