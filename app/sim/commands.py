@@ -1,0 +1,162 @@
+"""The simulator's subcommands: sim-kubelet, sim-node and sim-ctl (sim-plugin lives in
+plugin_cli). ``python -m app.sim.commands ...`` runs them without the rest of the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from app.sim import ctl
+from app.sim.kubelet import SimKubelet
+from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
+from app.sim.node import PluginSpec, SimNode
+from app.sim.plugin import DEFAULT_NODE_NAME
+from app.sim.workload import DEFAULT_INTERVAL_SECONDS
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    kubelet = subparsers.add_parser(
+        "sim-kubelet",
+        help="run a simulated kubelet (device manager, plugin watcher, PodResources)",
+        description="Serve the kubelet's device plugin registration, plugin watcher and "
+        "PodResources API under --root, with the kubelet's directory layout.",
+    )
+    _common(kubelet)
+    kubelet.set_defaults(func=run_kubelet)
+
+    node = subparsers.add_parser(
+        "sim-node",
+        help="run a simulated kubelet with simulated device plugins in one process",
+        description="A sim-kubelet and its sim-plugins in one process, for demos.",
+    )
+    _common(node)
+    node.add_argument(
+        "--plugin",
+        action="append",
+        required=True,
+        type=_plugin_spec,
+        metavar="RESOURCE:COUNT[:PROFILE]",
+        help="a plugin to run, e.g. nvidia.com/gpu:8:gpu (repeatable; profile dongle|gpu|mig)",
+    )
+    node.add_argument(
+        "--workload", type=int, metavar="SEED", help="create and delete pods over time, seeded"
+    )
+    node.add_argument(
+        "--workload-interval",
+        type=float,
+        default=DEFAULT_INTERVAL_SECONDS,
+        metavar="SECONDS",
+        help=f"time between workload steps (default {DEFAULT_INTERVAL_SECONDS:g})",
+    )
+    node.add_argument(
+        "--numa",
+        type=int,
+        metavar="K",
+        help="NUMA nodes for every plugin (default: 2 for gpu and mig, none for dongle)",
+    )
+    node.add_argument("--seed", type=int, default=0, help="seed for device ids (default 0)")
+    node.add_argument("--node", default=DEFAULT_NODE_NAME, help="node name device ids derive from")
+    node.set_defaults(func=run_node)
+
+    ctl.register(subparsers)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", required=True, type=Path, help="kubelet root directory")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="how long a dead plugin's devices count before capacity drops to 0 (default 300)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def _plugin_spec(text: str) -> PluginSpec:
+    try:
+        return PluginSpec.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _configure_logging(level: str) -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        )
+
+
+def _run_until_signal(start: Callable[[], None], stop: Callable[[], None]) -> int:
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal received signal=%s", signal.Signals(signum).name)
+        stop_requested.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            start()
+        except (OSError, RuntimeError, ValueError) as e:
+            log.error("start failed reason=%s", e)
+            return 1
+        stop_requested.wait()
+        return 0
+    finally:
+        stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_kubelet(args: argparse.Namespace) -> int:
+    _configure_logging(args.log_level)
+    try:
+        kubelet = SimKubelet(args.root, grace_seconds=args.grace)
+    except ValueError as e:
+        log.error("invalid arguments reason=%s", e)
+        return 2
+    return _run_until_signal(kubelet.start, kubelet.stop)
+
+
+def run_node(args: argparse.Namespace) -> int:
+    _configure_logging(args.log_level)
+    try:
+        node = SimNode(
+            args.root,
+            args.plugin,
+            workload_seed=args.workload,
+            workload_interval=args.workload_interval,
+            grace_seconds=args.grace,
+            numa_nodes=args.numa,
+            seed=args.seed,
+            node_name=args.node,
+        )
+    except ValueError as e:
+        log.error("invalid arguments reason=%s", e)
+        return 2
+    return _run_until_signal(node.start, node.stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from app.sim import plugin_cli
+
+    parser = argparse.ArgumentParser(prog="devicedeck", description="Devicedeck simulators.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    register(subparsers)
+    plugin_cli.register(subparsers)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
