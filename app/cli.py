@@ -11,7 +11,13 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES = ("app.commands", "app.sim.plugin_cli", "app.sim.commands")
+COMMAND_MODULES = (
+    "app.commands",
+    "app.sim.plugin_cli",
+    "app.sim.commands",
+    "app.demo.commands",
+    "app.agent.commands",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,241 @@
+"""Node agent footprint at rest: resident memory and CPU time.
+
+Starts the service (SQLite), a simulated node with 8 devices, creates 100 pods (one device
+each for the first 8, none for the rest), starts `devicedeck agent` with its defaults
+(10 s resync, 30 s heartbeat), waits until the service shows every device and allocation,
+then samples /proc/<agent pid>/status (VmRSS, threads) and /proc/<pid>/stat (user + system
+CPU time) once a second for --seconds. Prints the figures; the target is under 80 MB RSS
+and near-zero CPU at rest.
+
+    .venv/bin/python bench/agent.py --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.sim.kubelet.control import ControlError, call, control_socket_path  # noqa: E402
+
+DEVICEDECK = [sys.executable, "-m", "app.cli"]
+RESOURCE = "example.com/gpu"
+NODE = "bench-node"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def rss_and_threads(pid: int) -> tuple[int, int]:
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(fields["VmRSS"].split()[0]), int(fields["Threads"])
+
+
+def cpu_seconds(pid: int) -> float:
+    # Fields after the command name (which may contain spaces) are space separated;
+    # utime and stime are the 14th and 15th fields of the whole line.
+    after = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(after[11]) + int(after[12])) / CLOCK_TICKS
+
+
+class Child:
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str]) -> None:
+        self._log: IO[bytes] = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def run(seconds: float, devices: int, pods: int, workdir: Path) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
+    env.update(
+        DEVICEDECK_DATABASE_URL=f"sqlite:///{workdir / 'bench.db'}",
+        DEVICEDECK_AUTH="token",
+        DEVICEDECK_LOG_LEVEL="WARNING",
+    )
+    subprocess.run([*DEVICEDECK, "migrate"], env=env, check=True, cwd=ROOT, capture_output=True)
+
+    def token(name: str, scope: str) -> str:
+        made = subprocess.run(
+            [*DEVICEDECK, "token", "create", "--name", name, "--scope", scope],
+            env=env,
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        return made.stdout.strip().splitlines()[-1]
+
+    ingest_token, read_token = token("bench-agent", "ingest"), token("bench-reader", "read")
+    token_file = workdir / "token"
+    token_file.write_text(ingest_token)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    root = workdir / "kubelet"
+    children: list[Child] = []
+    try:
+        children.append(
+            Child(
+                [*DEVICEDECK, "serve", "--port", str(port), "--no-migrate"],
+                workdir / "serve.log",
+                env,
+            )
+        )
+        children.append(
+            Child(
+                [
+                    *DEVICEDECK,
+                    "sim-node",
+                    "--root",
+                    str(root),
+                    "--plugin",
+                    f"{RESOURCE}:{devices}:gpu",
+                ],
+                workdir / "node.log",
+                env,
+            )
+        )
+
+        def node_ready() -> bool:
+            try:
+                status = call(control_socket_path(root), {"op": "node.status"}, timeout=2)
+            except (ControlError, OSError):
+                return False
+            return status["resources"].get(RESOURCE, {}).get("allocatable") == devices
+
+        wait_for(node_ready, 60, "the simulated node")
+        for i in range(pods):
+            requests = {RESOURCE: 1} if i < devices else {}
+            call(
+                control_socket_path(root),
+                {
+                    "op": "pod.create",
+                    "namespace": "bench",
+                    "name": f"pod-{i:03d}",
+                    "containers": [{"name": "main", "requests": requests}],
+                },
+            )
+        agent = Child(
+            [
+                *DEVICEDECK,
+                "agent",
+                "--node",
+                NODE,
+                "--server",
+                url,
+                "--token-file",
+                str(token_file),
+                "--kubelet-root",
+                str(root),
+            ],
+            workdir / "agent.log",
+            env,
+        )
+        children.append(agent)
+        started = time.monotonic()
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {read_token}"}) as api:
+
+            def converged() -> bool:
+                try:
+                    page = api.get("/api/v1/devices", params={"node": NODE, "limit": 1000}).json()
+                except (httpx.HTTPError, ValueError):
+                    return False
+                held = [d for d in page.get("results", []) if d["allocation"]]
+                return len(page.get("results", [])) == devices and len(held) == devices
+
+            wait_for(converged, 60, "the agent's snapshots in the service")
+        converged_after = time.monotonic() - started
+        pid = agent.proc.pid
+        # Let start-up work settle before measuring rest.
+        time.sleep(2)
+        samples = []
+        cpu_start, wall_start = cpu_seconds(pid), time.monotonic()
+        while time.monotonic() - wall_start < seconds:
+            samples.append(rss_and_threads(pid))
+            time.sleep(1)
+        cpu_used, wall = cpu_seconds(pid) - cpu_start, time.monotonic() - wall_start
+        rss = [kb for kb, _ in samples]
+        return {
+            "devices": devices,
+            "pods": pods,
+            "converged_seconds": round(converged_after, 2),
+            "window_seconds": round(wall, 1),
+            "rss_mb_max": round(max(rss) / 1024, 1),
+            "rss_mb_last": round(rss[-1] / 1024, 1),
+            "threads": samples[-1][1],
+            "cpu_seconds": round(cpu_used, 3),
+            "cpu_percent": round(100 * cpu_used / wall, 3),
+        }
+    finally:
+        for child in reversed(children):
+            child.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="rest window (default 30)")
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=100)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="ddbench", dir="/tmp"))
+    try:
+        result = run(args.seconds, args.devices, args.pods, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"agent at rest: {result['devices']} devices, {result['pods']} pods")
+    print(f"  converged in        {result['converged_seconds']} s after start")
+    print(f"  window              {result['window_seconds']} s")
+    print(
+        f"  RSS max / last      {result['rss_mb_max']} / {result['rss_mb_last']} MB (target < 80)"
+    )
+    print(f"  threads             {result['threads']}")
+    print(
+        f"  CPU time            {result['cpu_seconds']} s ({result['cpu_percent']} % of one core)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
