@@ -1,0 +1,1 @@
+"""The one-command demo and the simulated cluster shared with docker compose."""

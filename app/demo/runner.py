@@ -1,0 +1,309 @@
+"""`devicedeck demo`: the service on SQLite, three simulated nodes and their agents.
+
+Everything lives in the data directory (database, the agents' token, kubelet roots, logs),
+so running the demo again continues where it stopped. Authentication is off for the local
+demo so the dashboard opens without a login; the agents still present a real ingest token,
+exactly as they do against a production service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import ipaddress
+import os
+import signal
+import socket
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from app.demo.processes import Child, Children, wait_for
+from app.demo.topology import TOPOLOGY, NodeSpec, agent_args, root_fits, sim_node_args
+
+READY_TIMEOUT_SECONDS = 60.0
+AGENT_TOKEN_NAME = "demo-agents"
+TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2
+# Ctrl-C, a polite kill, or the terminal closing: all stop the demo cleanly.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class DemoError(Exception):
+    """The demo cannot start; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class DemoLayout:
+    data_dir: Path
+    kubelet_dir: Path
+
+    @classmethod
+    def for_data_dir(cls, data_dir: Path) -> DemoLayout:
+        data_dir = data_dir.absolute()
+        kubelet_dir = data_dir / "kubelet"
+        if not all(root_fits(kubelet_dir / node.name) for node in TOPOLOGY):
+            # Unix socket paths are limited to 107 bytes: a deep data directory moves the
+            # kubelet roots to a short directory named after it, stable across runs.
+            digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+            kubelet_dir = Path("/tmp") / f"devicedeck-{digest}"
+        return cls(data_dir, kubelet_dir)
+
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.data_dir / 'devicedeck.db'}"
+
+    @property
+    def token_file(self) -> Path:
+        return self.data_dir / "agent.token"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.data_dir / ".demo.lock"
+
+    def kubelet_root(self, node: NodeSpec) -> Path:
+        return self.kubelet_dir / node.name
+
+
+def url_host(host: str) -> str:
+    """The host to put in a URL: wildcard addresses become loopback, IPv6 gets brackets."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _make_data_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DemoError(f"cannot use {path} as the data directory: {e.strerror or e}") from e
+
+
+@contextlib.contextmanager
+def _exclusive(lock_file: Path) -> Iterator[None]:
+    with lock_file.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            raise DemoError(
+                f"another demo is running with the data directory {lock_file.parent}; "
+                "stop it first, or pass a different --data-dir"
+            ) from e
+        yield
+
+
+def _check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise DemoError(f"port {port} on {host} is in use; pass --port") from e
+            raise DemoError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+
+
+def _prepare_database(layout: DemoLayout) -> bool:
+    """Migrate the SQLite database and make sure the agents' token works; True if new."""
+    from app.db import create_db_engine, make_session_factory
+    from app.demo.tokens import ensure_token_file
+    from app.migrate import upgrade_to_head
+
+    upgrade_to_head(layout.database_url)
+    engine = create_db_engine(layout.database_url)
+    try:
+        _, created = ensure_token_file(
+            make_session_factory(engine), layout.token_file, AGENT_TOKEN_NAME, ["ingest"]
+        )
+    finally:
+        engine.dispose()
+    return created
+
+
+def _ready(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(base_url + "readyz", timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _child_env(layout: DemoLayout) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
+    env.update(
+        DEVICEDECK_DATABASE_URL=layout.database_url,
+        DEVICEDECK_AUTH="off",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _cli_name() -> str:
+    """How the user can run `devicedeck` from here: the entry point beside this Python."""
+    script = Path(sys.executable).parent / "devicedeck"
+    if not script.exists():
+        return "devicedeck"
+    with contextlib.suppress(ValueError):
+        return str(script.relative_to(Path.cwd()))
+    return str(script)
+
+
+def _describe_failure(child: Child, out: TextIO) -> None:
+    code = child.process.returncode if child.process is not None else None
+    print(
+        f"\n{child.name} stopped unexpectedly (exit code {code}); the end of {child.log_path}:",
+        file=out,
+    )
+    print(child.log_tail(), file=out)
+
+
+class Demo:
+    def __init__(self, host: str, port: int, data_dir: Path, out: TextIO) -> None:
+        self.host = host
+        self.port = port
+        self.layout = DemoLayout.for_data_dir(data_dir)
+        self.out = out
+        self.stop_requested = threading.Event()
+        self.base_url = f"http://{url_host(host)}:{port}/"
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def run(self) -> int:
+        layout = self.layout
+        previous = {s: signal.signal(s, self._request_stop) for s in STOP_SIGNALS}
+        try:
+            _make_data_dir(layout.data_dir)
+            with _exclusive(layout.lock_file):
+                _check_port_free(self.host, self.port)
+                fresh = _prepare_database(layout)
+                self.say(
+                    f"Devicedeck demo: data in {layout.data_dir}"
+                    + (" (new)" if fresh else " (continuing)")
+                )
+                children = Children(_child_env(layout), cwd=layout.data_dir)
+                try:
+                    return self._supervise(children)
+                finally:
+                    self.say("stopping the agents, the simulated nodes and the service ...")
+                    children.stop_all()
+                    self.say("demo stopped; run it again to continue with the same data")
+        except DemoError as e:
+            self.say(f"devicedeck demo: {e}")
+            return 1
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requested.set()
+
+    def _supervise(self, children: Children) -> int:
+        layout = self.layout
+        if self.stop_requested.is_set():
+            return 0
+        logs = layout.logs_dir
+        children.start(
+            "service",
+            ["serve", "--host", self.host, "--port", str(self.port), "--no-migrate"],
+            logs / "service.log",
+            TIER_SERVICE,
+        )
+        for node in TOPOLOGY:
+            root = layout.kubelet_root(node)
+            root.mkdir(parents=True, exist_ok=True)
+            children.start(
+                f"node {node.name}",
+                sim_node_args(node, root),
+                logs / f"node-{node.name}.log",
+                TIER_NODES,
+            )
+        # Agents start with the rest: they retry until the kubelet and the service answer,
+        # and their first snapshots then arrive as soon as the service is ready.
+        for node in TOPOLOGY:
+            args = agent_args(
+                node, layout.kubelet_root(node), self.base_url.rstrip("/"), layout.token_file
+            )
+            children.start(f"agent {node.name}", args, logs / f"agent-{node.name}.log", TIER_AGENTS)
+        if not wait_for(
+            lambda: (
+                _ready(self.base_url)
+                or self.stop_requested.is_set()
+                or children.first_exited() is not None
+            ),
+            READY_TIMEOUT_SECONDS,
+            interval=0.1,
+        ):
+            raise DemoError(
+                f"the service did not become ready in {READY_TIMEOUT_SECONDS:g} s; "
+                f"see {logs / 'service.log'}"
+            )
+        if self.stop_requested.is_set():
+            return 0
+        failed = children.first_exited()
+        if failed is not None:
+            _describe_failure(failed, self.out)
+            return 1
+        self._banner()
+        while not self.stop_requested.wait(0.25):
+            failed = children.first_exited()
+            if failed is not None:
+                _describe_failure(failed, self.out)
+                return 1
+        return 0
+
+    def _banner(self) -> None:
+        layout = self.layout
+        self.say()
+        for node in TOPOLOGY:
+            plugins = ", ".join(f"{p.count} x {p.resource}" for p in node.plugins)
+            self.say(
+                f"  node {node.name:<9} {plugins}   (kubelet root {layout.kubelet_root(node)})"
+            )
+        if layout.kubelet_dir.parent != layout.data_dir:
+            self.say(
+                f"  (kubelet roots are in {layout.kubelet_dir}, as unix socket paths "
+                "must stay under 108 bytes)"
+            )
+        self.say(f"  logs: {layout.logs_dir}   agent token: {layout.token_file}")
+        self.say()
+        if _is_loopback(self.host):
+            reach = f"  !! {url_host(self.host)}:{self.port} on this machine"
+        else:
+            reach = f"  !! port {self.port} of {self.host} FROM YOUR NETWORK"
+        self.say("  !! AUTHENTICATION IS OFF for this local demo: anyone who can reach")
+        self.say(f"{reach} can read and change the inventory. Run")
+        self.say(
+            "  !! `devicedeck serve` (DEVICEDECK_AUTH=token is the default) for anything else."
+        )
+        self.say()
+        first = layout.kubelet_root(TOPOLOGY[0])
+        self.say(
+            f"  Try: {_cli_name()} sim-ctl --root {first} pod create demo/my-job "
+            "--request nvidia.com/gpu=2"
+        )
+        self.say()
+        self.say(f"Dashboard: {self.base_url}")
+        self.say(f"API:       {self.base_url}api/v1/nodes   (OpenAPI docs at {self.base_url}docs)")
+        self.say("Press Ctrl-C to stop.")

@@ -1,0 +1,188 @@
+"""`devicedeck demo` as a user runs it: a real process tree, stopped with Ctrl-C (SIGINT),
+started again on the same data directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.demo.topology import TOPOLOGY
+
+from .helpers import REPO, wait_until
+
+pytestmark = pytest.mark.slow
+
+STARTUP_TIMEOUT = 60.0
+# What the issue promises a newcomer: nodes, devices and pods on the API within 10 s.
+DATA_TIMEOUT = 10.0
+STOP_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        return json.load(response)
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> start time of every process below pid (start time guards against pid reuse)."""
+    children: dict[int, list[int]] = {}
+    starts: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        starts[int(entry.name)] = fields[19]
+    found: dict[int, str] = {}
+    pending = list(children.get(pid, []))
+    while pending:
+        child = pending.pop()
+        found[child] = starts[child]
+        pending.extend(children.get(child, []))
+    return found
+
+
+def still_running(processes: dict[int, str]) -> list[int]:
+    alive = []
+    for pid, start in processes.items():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[19] == start and fields[0] != "Z":
+            alive.append(pid)
+    return alive
+
+
+def dashboard_page(port: int) -> str:
+    """The page at the printed URL: the dashboard itself, no login (auth is off)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+        assert response.status == 200
+        assert response.headers["content-type"].startswith("text/html")
+        assert response.url == f"http://127.0.0.1:{port}/", "redirected, to a login page?"
+        return str(response.read().decode())
+
+
+@dataclass
+class Run:
+    output: str
+    exit_code: int
+    nodes: dict[str, Any]
+    children: dict[int, str]
+    ready_to_data_seconds: float
+    dashboard: str
+
+
+def run_demo_until_data(data_dir: Path, log: Path) -> Run:
+    """Start the demo, wait for nodes with devices and pods, Ctrl-C it, wait for the end."""
+    port = free_port()
+    command = [sys.executable, "-m", "app.cli", "demo", "--port", str(port)]
+    command += ["--data-dir", str(data_dir)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
+    with (
+        log.open("w") as out,
+        subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env) as demo,
+    ):
+        try:
+            banner = f"Dashboard: http://127.0.0.1:{port}/"
+            wait_until(
+                lambda: banner in log.read_text() or demo.poll() is not None,
+                STARTUP_TIMEOUT,
+                "the dashboard URL",
+            )
+            assert demo.poll() is None, log.read_text()
+            ready = time.monotonic()
+            nodes: dict[str, Any] = {}
+
+            def everything_shows() -> bool:
+                nodes.clear()
+                nodes.update({n["name"]: n for n in get(port, "/api/v1/nodes")["results"]})
+                return set(nodes) == {n.name for n in TOPOLOGY} and all(
+                    sum(c["allocated"] for c in nodes[n.name]["resources"].values()) > 0
+                    for n in TOPOLOGY
+                )
+
+            wait_until(everything_shows, DATA_TIMEOUT, f"nodes with devices and pods: {nodes}")
+            took = time.monotonic() - ready
+            dashboard = dashboard_page(port)
+            children = descendants(demo.pid)
+            demo.send_signal(signal.SIGINT)
+            code = demo.wait(timeout=STOP_TIMEOUT)
+        finally:
+            if demo.poll() is None:
+                # The test failed midway: do not leave a demo running.
+                for pid in descendants(demo.pid):
+                    os.kill(pid, signal.SIGKILL)
+                demo.kill()
+                demo.wait()
+    return Run(log.read_text(), code, nodes, children, took, dashboard)
+
+
+@pytest.fixture(scope="module")
+def data_dir() -> Iterator[Path]:
+    # Short on purpose: the kubelet roots live inside it (unix socket path limit).
+    base = Path(tempfile.mkdtemp(prefix="dd", dir="/tmp"))
+    try:
+        yield base / "data"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def first_run(data_dir: Path) -> Run:
+    return run_demo_until_data(data_dir, data_dir.parent / "first.log")
+
+
+def test_demo_shows_three_nodes_with_devices_and_pods_then_stops_on_sigint(
+    first_run: Run, data_dir: Path
+) -> None:
+    assert first_run.exit_code == 0, first_run.output
+    for node in TOPOLOGY:
+        resources = first_run.nodes[node.name]["resources"]
+        for plugin in node.plugins:
+            assert resources[plugin.resource]["devices"] == plugin.count, (node.name, plugin)
+    # A service, three sim-nodes and three agents; all gone once the demo returned.
+    assert len(first_run.children) == 1 + 2 * len(TOPOLOGY)
+    assert still_running(first_run.children) == []
+    assert "AUTHENTICATION IS OFF" in first_run.output
+    assert "<html" in first_run.dashboard.lower()
+    assert "demo stopped" in first_run.output
+    # No socket is left behind for the next run to trip over.
+    assert not list((data_dir / "kubelet").rglob("*.sock"))
+
+
+def test_second_run_continues_with_the_same_data(first_run: Run, data_dir: Path) -> None:
+    token = (data_dir / "agent.token").read_text()
+    second = run_demo_until_data(data_dir, data_dir.parent / "second.log")
+    assert second.exit_code == 0, second.output
+    assert "(continuing)" in second.output
+    assert (data_dir / "agent.token").read_text() == token
+    for node in TOPOLOGY:
+        # The same node rows: first seen during the first run.
+        assert second.nodes[node.name]["first_seen"] == first_run.nodes[node.name]["first_seen"]
+    assert still_running(second.children) == []

@@ -1,0 +1,305 @@
+"""deploy/kubernetes: every object is a valid Kubernetes object (the official client's
+models), the agent mounts directories, and RBAC grants exactly what app/kube calls."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+import app.kube.client as kube_client
+from app.kube.client import Kind
+
+from .helpers import REPO, parse_command
+
+MANIFESTS = REPO / "deploy" / "kubernetes"
+KUSTOMIZATION = "kustomization.yaml"
+NAMESPACE = "devicedeck"
+REQUIRED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/part-of")
+AGENT_DIRECTORIES = {
+    "/var/lib/kubelet/pod-resources": False,  # read-write: connecting needs write access
+    "/var/lib/kubelet/device-plugins": True,  # read-only
+}
+
+Obj = dict[str, Any]
+
+
+def load_objects() -> list[tuple[str, Obj]]:
+    objects = []
+    for path in sorted(MANIFESTS.glob("*.yaml")):
+        if path.name == KUSTOMIZATION:
+            continue
+        for document in yaml.safe_load_all(path.read_text()):
+            if document is not None:
+                objects.append((path.name, document))
+    return objects
+
+
+OBJECTS = load_objects()
+
+
+def find(kind: str, name: str | None = None) -> Obj:
+    matches = [o for _, o in OBJECTS if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(matches) == 1, f"expected one {kind} {name or ''}, found {len(matches)}"
+    return matches[0]
+
+
+def model_class(obj: Obj) -> str:
+    version = obj["apiVersion"].split("/")[-1]
+    return f"{version.capitalize()}{obj['kind']}"
+
+
+def without_empty(value: Any) -> Any:
+    """Drop None values, as the client does when it serialises a model."""
+    if isinstance(value, dict):
+        return {k: without_empty(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_empty(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [o for _, o in OBJECTS],
+    ids=[f"{f}:{o['kind']}/{o['metadata']['name']}" for f, o in OBJECTS],
+)
+def test_manifest_deserialises_into_the_official_models_without_losing_fields(obj: Obj) -> None:
+    api = k8s.ApiClient()
+    try:
+        model = api._ApiClient__deserialize(obj, model_class(obj))  # type: ignore[attr-defined]
+        assert type(model).__name__ == model_class(obj)
+        # Unknown or misspelt fields vanish in the model; serialising it back shows them.
+        assert api.sanitize_for_serialization(model) == without_empty(obj)
+    finally:
+        api.close()
+
+
+def test_every_object_carries_the_recommended_labels_and_namespace() -> None:
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    for filename, obj in OBJECTS:
+        labels = obj["metadata"].get("labels", {})
+        for label in REQUIRED_LABELS:
+            assert labels.get(label) == "devicedeck", f"{filename} {obj['kind']}: {label}"
+        if obj["kind"] not in cluster_scoped:
+            assert obj["metadata"]["namespace"] == NAMESPACE, f"{filename} {obj['kind']}"
+        template = obj.get("spec", {}).get("template")
+        if template is not None:
+            pod_labels = template["metadata"]["labels"]
+            assert set(REQUIRED_LABELS) <= set(pod_labels)
+            assert obj["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_kustomization_applies_every_manifest_but_the_secret_example() -> None:
+    kustomization = yaml.safe_load((MANIFESTS / KUSTOMIZATION).read_text())
+    files = {p.name for p in MANIFESTS.glob("*.yaml")} - {KUSTOMIZATION}
+    assert set(kustomization["resources"]) == files - {"secrets.example.yaml"}
+    images = {c["image"].split(":")[0] for _, o in OBJECTS for c in containers(o)}
+    assert images == {i["name"] for i in kustomization["images"]}
+
+
+def containers(obj: Obj) -> list[Obj]:
+    template = obj.get("spec", {}).get("template")
+    if template is None:
+        return []
+    spec = template["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def secret_ref(container: Obj, variable: str) -> tuple[str, str]:
+    (entry,) = [e for e in container.get("env", []) if e["name"] == variable]
+    ref = entry["valueFrom"]["secretKeyRef"]
+    return ref["name"], ref["key"]
+
+
+def test_server_deployment_probes_and_database_secret() -> None:
+    deployment = find("Deployment", "devicedeck")
+    pod = deployment["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    args = parse_command(server["args"])
+    assert args.host == "0.0.0.0" and args.no_migrate
+    ports = {p["name"]: p["containerPort"] for p in server["ports"]}
+    assert ports == {"http": args.port}
+    assert server["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert server["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert {
+        server["livenessProbe"]["httpGet"]["port"],
+        server["readinessProbe"]["httpGet"]["port"],
+    } == {"http"}
+    # The schema is migrated by an init container, so --no-migrate above is safe.
+    (migrate,) = pod["initContainers"]
+    assert parse_command(migrate["args"]).func.__name__ == "run_migrate"
+    for container in (server, migrate):
+        assert secret_ref(container, "DEVICEDECK_DATABASE_URL") == ("devicedeck-database", "url")
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    env = {e["name"]: e.get("value") for e in server["env"]}
+    assert env["DEVICEDECK_KUBE"] == "incluster"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["serviceAccountName"] == find("ServiceAccount", "devicedeck")["metadata"]["name"]
+
+
+def test_service_is_cluster_ip_and_selects_the_server_pods() -> None:
+    service = find("Service", "devicedeck")
+    assert service["spec"]["type"] == "ClusterIP"
+    pod_labels = find("Deployment", "devicedeck")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] == "http"
+
+
+def test_agent_daemonset_mounts_kubelet_directories_never_sockets() -> None:
+    daemonset = find("DaemonSet", "devicedeck-agent")
+    pod = daemonset["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (agent,) = pod["containers"]
+    host_mounts = {}
+    for mount in agent["volumeMounts"]:
+        volume = volumes[mount["name"]]
+        if "hostPath" in volume:
+            host = volume["hostPath"]
+            assert host["type"] == "Directory", f"{host['path']} must be mounted as a directory"
+            assert not host["path"].endswith(".sock")
+            # Mounted where it lives on the host, so --kubelet-root is the real root.
+            assert mount["mountPath"] == host["path"]
+            host_mounts[host["path"]] = mount.get("readOnly", False)
+    assert host_mounts == AGENT_DIRECTORIES
+    args = parse_command([a.replace("$(NODE_NAME)", "node-1") for a in agent["args"]])
+    assert args.node == "node-1"
+    assert str(args.kubelet_root) == "/var/lib/kubelet"
+    (node_name,) = [e for e in agent["env"] if e["name"] == "NODE_NAME"]
+    assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # The token comes from a Secret volume, mounted read-only where --token-file points.
+    token_mount = next(
+        m for m in agent["volumeMounts"] if str(args.token_file).startswith(m["mountPath"])
+    )
+    assert token_mount["readOnly"] is True
+    assert volumes[token_mount["name"]]["secret"]["secretName"] == "devicedeck-agent-token"
+    assert agent["securityContext"]["allowPrivilegeEscalation"] is False
+    assert agent["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert "privileged" not in agent["securityContext"]
+
+
+def test_agent_posts_to_the_service() -> None:
+    agent = find("DaemonSet", "devicedeck-agent")["spec"]["template"]["spec"]["containers"][0]
+    args = parse_command([a.replace("$(NODE_NAME)", "n") for a in agent["args"]])
+    service = find("Service", "devicedeck")
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    assert args.server == f"http://{name}.{namespace}.svc:{service['spec']['ports'][0]['port']}"
+
+
+def test_agent_liveness_probe_uses_its_metrics_port() -> None:
+    agent = find("DaemonSet", "devicedeck-agent")["spec"]["template"]["spec"]["containers"][0]
+    args = parse_command([a.replace("$(NODE_NAME)", "n") for a in agent["args"]])
+    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    assert ports == {"metrics": args.metrics_port}
+    probe = agent["livenessProbe"]["httpGet"]
+    assert (probe["path"], probe["port"]) == ("/healthz", "metrics")
+
+
+def test_agent_has_no_api_server_access() -> None:
+    account = find("ServiceAccount", "devicedeck-agent")
+    assert account["automountServiceAccountToken"] is False
+    pod = find("DaemonSet", "devicedeck-agent")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "devicedeck-agent"
+    assert pod["automountServiceAccountToken"] is False
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        for _, obj in OBJECTS:
+            if obj["kind"] == kind:
+                subjects = {(s["kind"], s["name"]) for s in obj["subjects"]}
+                assert ("ServiceAccount", "devicedeck-agent") not in subjects
+
+
+# --- RBAC against the code -------------------------------------------------------------
+
+VERBS_BY_PREFIX = {
+    "list": "list",
+    "read": "get",
+    "patch": "patch",
+    "replace": "update",
+    "create": "create",
+    "delete": "delete",
+}
+CUSTOM_OBJECT_VERBS = {"list_cluster_custom_object": "list"}
+API_CLASSES = {"CoreV1Api", "CustomObjectsApi"}
+Grant = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+
+def core_method_grants(method: str) -> set[Grant]:
+    """CoreV1Api method name -> the grant it needs, e.g. patch_node_status -> nodes/status."""
+    match = re.fullmatch(
+        r"(list|read|patch|replace|create|delete)_(?:namespaced_)?([a-z_]+?)"
+        r"(_for_all_namespaces)?(_status)?",
+        method,
+    )
+    assert match, f"CoreV1Api.{method}: teach this test which RBAC it needs"
+    prefix, kind, _, status = match.groups()
+    resource = kind.replace("_", "") + "s" + ("/status" if status else "")
+    return {("", resource, VERBS_BY_PREFIX[prefix])}
+
+
+def kube_sources() -> dict[Path, str]:
+    return {p: p.read_text() for p in sorted((REPO / "app" / "kube").glob("*.py"))}
+
+
+def grants_used_by_code() -> set[Grant]:
+    sources = kube_sources()
+    text = "\n".join(sources.values())
+    grants: set[Grant] = set()
+    for api_class in re.findall(r"\b(\w+Api)\(", text):
+        assert api_class in API_CLASSES | {"KubeApi"}, f"{api_class}: teach this test its RBAC"
+    for method in set(re.findall(r"\.core\.(\w+)", text)):
+        grants |= core_method_grants(method)
+    for method in set(re.findall(r"\.custom\.(\w+)", text)):
+        assert method in CUSTOM_OBJECT_VERBS, f"CustomObjectsApi.{method}: teach this test"
+    # Collections are listed and watched generically by Kind (KubeApi.list_all, open_watch).
+    client_text = sources[REPO / "app" / "kube" / "client.py"]
+    generic_verbs = set()
+    if re.search(r"\.list_all\(", text):
+        generic_verbs.add("list")
+    if re.search(r"\.open_watch\(", text) and "watch=True" in client_text:
+        generic_verbs.add("watch")
+    kinds = {n: v for n, v in vars(kube_client).items() if isinstance(v, Kind)}
+    others = "\n".join(t for p, t in sources.items() if p.name != "client.py")
+    for constant, kind in kinds.items():
+        if not re.search(rf"\b{constant}\b", others):
+            continue  # defined but never watched
+        group = kind.api_version.rpartition("/")[0]
+        grants |= {(group, kind.name, verb) for verb in generic_verbs}
+    return grants
+
+
+def granted(role: Obj) -> set[Grant]:
+    grants = set()
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert "*" not in (group, resource, verb), "no wildcards"
+                    grants.add((group, resource, verb))
+    return grants
+
+
+def test_server_rbac_grants_exactly_what_app_kube_calls() -> None:
+    needed = grants_used_by_code()
+    assert ("", "nodes/status", "patch") in needed, "the code scan found no status patch"
+    assert {("", "nodes", "watch"), ("resource.k8s.io", "resourceclaims", "list")} <= needed
+    role = find("ClusterRole", "devicedeck-server")
+    assert granted(role) == needed
+
+
+def test_server_role_is_bound_to_the_server_account_only() -> None:
+    binding = find("ClusterRoleBinding", "devicedeck-server")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "devicedeck-server",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "devicedeck", "namespace": NAMESPACE}
+    ]
+    roles = [o for _, o in OBJECTS if o["kind"] in ("Role", "ClusterRole")]
+    assert len(roles) == 1
