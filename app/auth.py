@@ -44,8 +44,10 @@ def create_token(
     session: Session, name: str, scopes: list[str], now: datetime
 ) -> tuple[ApiToken, str]:
     problems = []
-    if not name or len(name) > 100 or not name.isprintable():
-        problems.append(Problem("name", "length", "must be 1 to 100 printable characters"))
+    if not name or len(name) > 100:
+        problems.append(Problem("name", "length", "must be 1 to 100 characters"))
+    elif not name.isprintable():
+        problems.append(Problem("name", "printable", "must be printable characters only"))
     if not scopes:
         problems.append(Problem("scope", "required", f"give at least one of {', '.join(SCOPES)}"))
     for scope in scopes:
@@ -53,7 +55,9 @@ def create_token(
             problems.append(
                 Problem("scope", "enum", f"{scope!r} is not one of {', '.join(SCOPES)}")
             )
-    if session.scalars(select(ApiToken.id).where(ApiToken.name == name)).first() is not None:
+    # Only a well-formed name is looked up: PostgreSQL refuses a NUL even in a query.
+    taken = select(ApiToken.id).where(ApiToken.name == name)
+    if not problems and session.scalars(taken).first() is not None:
         problems.append(Problem("name", "unique", f"a token named {name!r} exists already"))
     if problems:
         raise InvalidInput("cannot create token", problems)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from app.config import Settings
@@ -71,10 +73,16 @@ def run_migrate(_args: argparse.Namespace) -> int:
     return 0
 
 
-def _factory() -> Any:
+@contextmanager
+def _factory() -> Iterator[Any]:
+    """A session factory whose engine is disposed afterwards, its connections closed."""
     from app.db import create_db_engine, make_session_factory
 
-    return make_session_factory(create_db_engine(Settings().database_url))
+    engine = create_db_engine(Settings().database_url)
+    try:
+        yield make_session_factory(engine)
+    finally:
+        engine.dispose()
 
 
 def run_token_create(args: argparse.Namespace) -> int:
@@ -84,7 +92,7 @@ def run_token_create(args: argparse.Namespace) -> int:
     from app.inventory.errors import InvalidInput
 
     try:
-        with write_session(_factory()) as session:
+        with _factory() as factory, write_session(factory) as session:
             token, plaintext = create_token(session, args.name, args.scope, utcnow())
             scopes = ",".join(token.scopes)
     except InvalidInput as e:
@@ -99,7 +107,7 @@ def run_token_create(args: argparse.Namespace) -> int:
 def run_token_list(_args: argparse.Namespace) -> int:
     from app.auth import list_tokens
 
-    with _factory()() as session:
+    with _factory() as factory, factory() as session:
         tokens = list_tokens(session)
         print(f"{'NAME':<24} {'SCOPES':<20} {'CREATED':<26} {'LAST USED':<26} REVOKED")
         for t in tokens:
@@ -118,7 +126,7 @@ def run_token_revoke(args: argparse.Namespace) -> int:
     from app.inventory.errors import NotFound
 
     try:
-        with write_session(_factory()) as session:
+        with _factory() as factory, write_session(factory) as session:
             revoke_token(session, args.name, utcnow())
     except NotFound as e:
         print(f"error: {e.message}", file=sys.stderr)

@@ -87,9 +87,10 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{target}"
         return
     url: str = request.getfixturevalue("postgres_url")
+    # Emptied before each test, not after: the next test empties it anyway, and the session
+    # drops the whole database at the end.
     _empty_postgres(url)
     yield url
-    _empty_postgres(url)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from app.auth import ANONYMOUS_ADMIN, Principal, authenticate, record_token_use
 from app.clock import utcnow
 from app.config import AuthMode, Settings
 from app.db import write_session
+from app.inventory.errors import InvalidInput, Problem
 from app.inventory.queries import Clock
 
 SESSION_COOKIE = "devicedeck_token"
@@ -33,6 +34,21 @@ def read_session(
 ) -> Iterator[Session]:
     with factory() as session:
         yield session
+
+
+def reject_nul_parameters(request: Request) -> None:
+    """Query and path parameters with a NUL character are invalid input.
+
+    PostgreSQL text cannot hold NUL, so such a value would fail in the database as a 5xx.
+    """
+    params = [*request.query_params.multi_items(), *request.path_params.items()]
+    problems = [
+        Problem(name, "no_nul", "must not contain NUL characters")
+        for name, value in params
+        if "\x00" in str(value)
+    ]
+    if problems:
+        raise InvalidInput("a parameter contains a NUL character", problems)
 
 
 def presented_token(request: Request) -> str | None:

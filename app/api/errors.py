@@ -28,6 +28,9 @@ STATUS_BY_ERROR: dict[type[DomainError], int] = {
     NotFound: 404,
 }
 
+# What FastAPI raises (as a 400) when it cannot decode a request body at all.
+FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
+
 HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
@@ -79,6 +82,9 @@ def validation_details(errors: list[dict[str, Any]]) -> list[dict[str, str]]:
         loc = tuple(err.get("loc", ()))
         # Tagged unions and function validators add their own names to loc; drop them.
         loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith("function-")))
+        if err.get("type") == "json_invalid":
+            # Its loc ends with the byte offset of the syntax error, not a field.
+            loc = ("body",)
         details.append(
             {
                 "field": field_path(loc),
@@ -103,6 +109,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
+            # Not UTF-8, nested too deep, a number too long: invalid JSON like any other.
+            message = "could not be parsed as a JSON document in UTF-8"
+            details = [{"field": "body", "rule": "json_invalid", "message": message}]
+            return error_response(422, "invalid_input", f"invalid input: body {message}", details)
         code = HTTP_CODES.get(exc.status_code, "error")
         detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
         return error_response(exc.status_code, code, detail, headers=exc.headers)

@@ -10,7 +10,9 @@ from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel
 
 from app.api.deps import Ingester, SessionFactory
+from app.api.models import ErrorOut
 from app.clock import utcnow
+from app.config import Settings
 from app.db import write_session
 from app.inventory.errors import DomainError
 from app.inventory.ingest import (
@@ -18,10 +20,25 @@ from app.inventory.ingest import (
     apply_listandwatch_snapshot,
     apply_podresources_snapshot,
 )
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from app.inventory.schemas import (
+    ListAndWatchSnapshot,
+    PodResourcesSnapshot,
+    check_snapshot_size,
+)
 from app.metrics import ServiceMetrics
 
 router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
+
+INGEST_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
+    403: {"model": ErrorOut, "description": "the token lacks the ingest scope"},
+    409: {
+        "model": ErrorOut,
+        "description": "an older seq of the same boot, or a seq reused with other content",
+    },
+    413: {"model": ErrorOut, "description": "request body over the limit"},
+    422: {"model": ErrorOut, "description": "the snapshot breaks a rule; nothing was changed"},
+}
 
 
 class IngestResponse(BaseModel):
@@ -93,8 +110,14 @@ def _apply(
     actor: str,
 ) -> IngestResponse:
     metrics: ServiceMetrics = request.app.state.metrics
+    settings: Settings = request.app.state.settings
     started = time.perf_counter()
     try:
+        check_snapshot_size(
+            snapshot,
+            max_devices=settings.max_devices_per_snapshot,
+            max_pods=settings.max_pods_per_snapshot,
+        )
         with write_session(factory) as session:
             result = apply(session, snapshot, now=utcnow(), actor=actor)
     except DomainError:
@@ -109,11 +132,7 @@ def _apply(
 @router.post(
     "/listandwatch",
     summary="Replace one (node, resource)'s device list with a ListAndWatch snapshot",
-    responses={
-        409: {"description": "an older seq of the same boot, or a seq reused with other content"},
-        413: {"description": "request body over the limit"},
-        422: {"description": "the snapshot breaks a rule; nothing was changed"},
-    },
+    responses=INGEST_ERRORS,
 )
 def ingest_listandwatch(
     request: Request,
@@ -134,11 +153,7 @@ def ingest_listandwatch(
 @router.post(
     "/podresources",
     summary="Replace a node's allocations with a PodResources List snapshot",
-    responses={
-        409: {"description": "an older seq of the same boot, or a seq reused with other content"},
-        413: {"description": "request body over the limit"},
-        422: {"description": "the snapshot breaks a rule; nothing was changed"},
-    },
+    responses=INGEST_ERRORS,
 )
 def ingest_podresources(
     request: Request,

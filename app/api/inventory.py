@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 
 from app.api.deps import QueryClock, Reader, ReadSession
 from app.api.envelope import ListEnvelope, envelope
@@ -20,7 +20,7 @@ from app.api.models import (
     ResourceOut,
 )
 from app.inventory.history import EventFilters, list_events
-from app.inventory.pages import DEFAULT_LIMIT, MAX_LIMIT
+from app.inventory.pages import DEFAULT_LIMIT, MAX_KEY, MAX_LIMIT
 from app.inventory.pods import PodFilters, get_pod, list_pods
 from app.inventory.queries import (
     DeviceFilters,
@@ -129,7 +129,12 @@ def devices(
     responses=NOT_FOUND,
     summary="One device with its health history and allocation history",
 )
-def device(device_id: int, session: ReadSession, _: Reader, clock: QueryClock) -> dict[str, Any]:
+def device(
+    device_id: Annotated[int, Path(ge=1, le=MAX_KEY)],
+    session: ReadSession,
+    _: Reader,
+    clock: QueryClock,
+) -> dict[str, Any]:
     return get_device(session, device_id, clock)
 
 
@@ -190,7 +195,7 @@ def events(
     resource: Annotated[str | None, Query(max_length=316)] = None,
     kind: Annotated[str | None, Query(max_length=32)] = None,
     since: Annotated[datetime | None, Query(description="RFC 3339 time with offset")] = None,
-    device: Annotated[int | None, Query(description="device id")] = None,
+    device: Annotated[int | None, Query(ge=1, le=MAX_KEY, description="device id")] = None,
     namespace: Annotated[str | None, Query(max_length=63)] = None,
     pod: Text = None,
     cursor: Cursor = None,

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.api.kube_models import DraDeviceOut, ExtendedResourceOut
+
 
 class Counts(BaseModel):
     devices: int
@@ -90,6 +92,9 @@ class NodeDetailOut(NodeOut):
     labels: dict[str, Any]
     conditions: list[Any]
     kube_synced_at: str | None
+    extended_resources: list[ExtendedResourceOut] = []
+    manual_extended_resources: list[ExtendedResourceOut] = []
+    dra_devices: list[DraDeviceOut] = []
 
 
 class PodDeviceOut(BaseModel):

@@ -5,15 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
 
 from app.api.deps import Admin, ReadSession, SessionFactory
+from app.api.envelope import ListEnvelope, envelope
 from app.api.models import ErrorOut
 from app.auth import create_token, list_tokens, revoke_token
 from app.clock import utcnow
 from app.db import write_session
 from app.inventory.models import ApiToken
+from app.inventory.pages import Page
 
 router = APIRouter(
     prefix="/api/v1/tokens",
@@ -52,9 +54,11 @@ def _token_out(token: ApiToken) -> dict[str, Any]:
     }
 
 
-@router.get("", response_model=list[TokenOut], summary="All tokens (never their secrets)")
-def tokens(session: ReadSession, _: Admin) -> list[dict[str, Any]]:
-    return [_token_out(t) for t in list_tokens(session)]
+@router.get("", response_model=ListEnvelope[TokenOut], summary="All tokens (never their secrets)")
+def tokens(request: Request, session: ReadSession, _: Admin) -> dict[str, Any]:
+    # Few enough to answer on one page, in the same envelope as every other list.
+    items = [_token_out(t) for t in list_tokens(session)]
+    return envelope(request, Page(items=items, next_cursor=None, count=len(items)))
 
 
 @router.post(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, select
@@ -18,7 +18,8 @@ from app.inventory.models import (
     NodeResource,
     PluginRegistration,
 )
-from app.inventory.pages import Page, check_limit, decode_cursor, encode_cursor
+from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
+from app.kube.node_view import kube_node_details
 
 HEALTH_EVENT_KINDS = ("device_added", "health_changed", "device_removed", "device_reappeared")
 HISTORY_LIMIT = 500
@@ -73,6 +74,14 @@ def _event_conditions(filters: EventFilters) -> list[ColumnElement[bool]]:
                 )
             ],
         )
+    if filters.since is not None:
+        try:
+            filters.since.astimezone(UTC)
+        except OverflowError as e:
+            raise InvalidInput(
+                "since is out of range",
+                [Problem("since", "range", "must be a time between years 1 and 9999 in UTC")],
+            ) from e
     conditions: list[ColumnElement[bool]] = []
     if filters.node is not None:
         conditions.append(Event.node == filters.node)
@@ -100,7 +109,7 @@ def list_events(
     check_limit(limit)
     query = select(Event).where(*_event_conditions(filters))
     if cursor:
-        query = query.where(Event.id < int(decode_cursor(cursor, "-id", 1)[0]))
+        query = query.where(after_key([Event.id], decode_cursor(cursor, "-id", 1), True))
     events = list(session.scalars(query.order_by(Event.id.desc()).limit(limit + 1)))
     more = len(events) > limit
     events = events[:limit]
@@ -178,4 +187,5 @@ def node_details(session: Session, node: Node) -> dict[str, Any]:
         "labels": node.labels or {},
         "conditions": node.conditions or [],
         "kube_synced_at": _iso(node.kube_synced_at),
+        **kube_node_details(session, node),
     }

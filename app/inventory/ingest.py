@@ -412,8 +412,17 @@ def _replace_allocations(
             select(Allocation).where(Allocation.node_id == node_id, Allocation.ended.is_(None))
         )
     }
-    for key in sorted(current.keys() - wanted):
-        allocation = current[key]
+    # A pod that came back under the same name with a new UID is a new holder: the earlier
+    # incarnation's allocation ends and a new one starts.
+    replaced = {
+        key
+        for key, allocation in current.items()
+        if key in wanted
+        and allocation.pod_uid
+        and uids.get((key[0], key[1])) not in (None, allocation.pod_uid)
+    }
+    for key in sorted((current.keys() - wanted) | replaced):
+        allocation = current.pop(key)
         allocation.ended = now
         log.add(
             "released",
@@ -424,11 +433,11 @@ def _replace_allocations(
             namespace=allocation.namespace,
             pod=allocation.pod,
             container=allocation.container,
-            before={"started": allocation.started.isoformat()},
+            before={"started": allocation.started.isoformat(), "pod_uid": allocation.pod_uid},
         )
     for key, allocation in current.items():
         uid = uids.get((key[0], key[1]))
-        if key in wanted and uid and allocation.pod_uid != uid:
+        if uid and allocation.pod_uid != uid:
             allocation.pod_uid = uid
     rows = []
     for namespace, pod, container, resource, device_id in sorted(wanted - current.keys()):

@@ -267,3 +267,8 @@ class Setting(Base):
     key: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[dict[str, Any]]
     updated_at: Mapped[datetime]
+
+
+# Tables the cluster watcher fills live with their code; importing them here keeps
+# Base.metadata complete for Alembic, the schema check and the tests' TRUNCATE.
+from app.kube import models as _kube_models  # noqa: E402,F401

@@ -28,15 +28,15 @@ def lock_node(session: Session, name: str, now: datetime, log: EventLog) -> Node
     dialect_insert = (
         postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     )
-    inserted = cast(
-        CursorResult[Any],
-        session.execute(
-            dialect_insert(Node)
-            .values(name=name, first_seen=now, last_seen=now)
-            .on_conflict_do_nothing(index_elements=["name"])
-        ),
-    )
-    if inserted.rowcount:
+    # RETURNING tells whether this transaction inserted the row; rowcount cannot (-1 on
+    # PostgreSQL through the ORM), and a concurrent first snapshot may have won the insert.
+    inserted = session.execute(
+        dialect_insert(Node)
+        .values(name=name, first_seen=now, last_seen=now)
+        .on_conflict_do_nothing(index_elements=["name"])
+        .returning(Node.id)
+    ).first()
+    if inserted is not None:
         log.add("node_added", node=name)
     return session.scalars(select(Node).where(Node.name == name).with_for_update()).one()
 

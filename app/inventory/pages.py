@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import ColumnElement, literal, tuple_
+from sqlalchemy.orm import QueryableAttribute
 
 from app.inventory.errors import InvalidInput, Problem
 
@@ -17,6 +19,8 @@ T = TypeVar("T")
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
+# Keys are BIGINT columns; a cursor holding more would fail in the database, not here.
+MAX_KEY = 2**63 - 1
 
 
 @dataclass
@@ -49,8 +53,11 @@ def _bad_cursor(why: str) -> InvalidInput:
     return InvalidInput(f"cursor {why}", [Problem("cursor", "cursor", why)])
 
 
+Column = ColumnElement[Any] | QueryableAttribute[Any]
+
+
 def after_key(
-    columns: list[ColumnElement[Any]], values: list[Any], descending: bool
+    columns: Sequence[Column], values: list[Any], descending: bool
 ) -> ColumnElement[bool]:
     """Rows strictly after the cursor's key in the page order (all columns one direction)."""
     left = tuple_(*columns)
@@ -58,16 +65,33 @@ def after_key(
     return left < right if descending else left > right
 
 
-def _bind(column: ColumnElement[Any], value: Any) -> ColumnElement[Any]:
-    if isinstance(value, str) and _python_type(column) is datetime:
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError as e:
-            raise _bad_cursor("holds a time this API did not write") from e
+def _bind(column: Column, value: Any) -> ColumnElement[Any]:
+    """The cursor's value for a column, checked against the column's type: a cursor comes
+    from the client, so a forged one must be a 422 and never reach the database."""
+    kind = _python_type(column)
+    if kind is datetime:
+        value = _cursor_time(value)
+    elif kind is int:
+        if type(value) is not int or not -MAX_KEY <= value <= MAX_KEY:
+            raise _bad_cursor("holds a key this API did not write")
+    elif type(value) is not str or "\x00" in value:
+        raise _bad_cursor("holds a key this API did not write")
     return literal(value, type_=column.type)
 
 
-def _python_type(column: ColumnElement[Any]) -> type | None:
+def _cursor_time(value: Any) -> datetime:
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        parsed = datetime.fromisoformat(value)
+        if parsed.tzinfo is None:
+            raise ValueError(value)
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError) as e:
+        raise _bad_cursor("holds a time this API did not write") from e
+
+
+def _python_type(column: Column) -> type | None:
     try:
         return column.type.python_type
     except NotImplementedError:

@@ -413,7 +413,9 @@ def list_resources(
         select(Device.resource).where(Device.state == PRESENT).distinct().order_by(Device.resource)
     )
     if cursor:
-        names_query = names_query.where(Device.resource > decode_cursor(cursor, "resource", 1)[0])
+        names_query = names_query.where(
+            after_key([Device.resource], decode_cursor(cursor, "resource", 1), False)
+        )
     names = list(session.scalars(names_query.limit(limit + 1)))
     more = len(names) > limit
     names = names[:limit]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -60,6 +61,20 @@ def check_namespace(value: str) -> str:
 def check_device_id(value: str) -> str:
     _check(names.device_id_problem(value), "device_id")
     return value
+
+
+def check_utc_range(value: datetime) -> datetime:
+    """A time that exists in UTC: 0001-01-01T00:00+01:00 does not, and could not be stored."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError as e:
+        raise PydanticCustomError(
+            "datetime_range", "must be a time between years 1 and 9999 in UTC"
+        ) from e
+    return value
+
+
+ObservedAt = Annotated[AwareDatetime, AfterValidator(check_utc_range)]
 
 
 class _Input(BaseModel):
@@ -132,7 +147,7 @@ class ListAndWatchSnapshot(_Input):
     node: str
     resource: str
     source: Source
-    observed_at: AwareDatetime
+    observed_at: ObservedAt
     plugin: PluginInfo | None = None
     health_source: Literal["plugin", "derived"] = "plugin"
     devices: list[PluginDevice] = Field(max_length=MAX_DEVICES_PER_SNAPSHOT)
@@ -264,7 +279,7 @@ class PodResourcesSnapshot(_Input):
 
     node: str
     source: Source
-    observed_at: AwareDatetime
+    observed_at: ObservedAt
     pod_resources: list[PodResources] = Field(
         default_factory=list,
         max_length=MAX_PODS_PER_SNAPSHOT,

@@ -1,0 +1,135 @@
+"""The number of SQL statements a list endpoint sends does not grow with the items it lists."""
+
+from __future__ import annotations
+
+from .conftest import GPU, NIC, Api, StatementCounter, dev, held, listandwatch, pod, podresources
+
+
+def grow(api: Api, nodes: range) -> None:
+    """Per node: 3 GPUs and a NIC, two pods holding devices (one with a DRA claim too)."""
+    for n in nodes:
+        node = f"node-{n:02d}"
+        api.ingest_listandwatch(
+            listandwatch(node, [dev("gpu-0"), dev("gpu-1", "Unhealthy"), dev("gpu-2")], 1)
+        )
+        api.ingest_listandwatch(
+            listandwatch(node, [dev("nic-0")], 1, resource=f"example.com/nic{n}")
+        )
+        claim = {
+            "claim_name": "claim",
+            "claim_namespace": "ml",
+            "claim_resources": [
+                {"driver_name": "gpu.example.com", "pool_name": node, "device_name": "dra-0"}
+            ],
+        }
+        pods = [
+            pod(
+                f"a-{n:02d}",
+                containers={"main": [held(GPU, "gpu-0")], "side": [held(GPU, "gpu-1")]},
+            ),
+            {
+                **pod(f"b-{n:02d}", namespace="serving"),
+                "containers": [
+                    {"name": "main", "devices": [held(GPU, "gpu-2")], "dynamic_resources": [claim]}
+                ],
+            },
+        ]
+        api.ingest_podresources(podresources(node, pods, 1))
+        api.ingest_listandwatch(
+            listandwatch(node, [dev("gpu-0"), dev("gpu-1"), dev("gpu-2", "Bad")], 2)
+        )
+
+
+LIST_ENDPOINTS = [
+    ("/api/v1/devices", {}),
+    ("/api/v1/devices", {"sort": "-health", "allocated": "true"}),
+    ("/api/v1/devices", {"namespace": "ml", "state": "any"}),
+    ("/api/v1/nodes", {}),
+    ("/api/v1/nodes", {"sort": "-last_seen", "resource": GPU}),
+    ("/api/v1/pods", {}),
+    ("/api/v1/resources", {}),
+    ("/api/v1/events", {}),
+    ("/api/v1/events", {"kind": "allocated"}),
+]
+
+
+def count_statements(api: Api, statements: StatementCounter, path: str, params: dict) -> int:
+    api.get(path, limit=1000, **params)  # warm up: token last-used time, caches
+    with statements:
+        page = api.get(path, limit=1000, **params)
+    assert page["results"], path
+    return statements.count
+
+
+def test_list_statement_counts_do_not_grow_with_items(
+    quiet_api: Api, statements: StatementCounter
+) -> None:
+    api = quiet_api
+    # One database grown once, measured at both sizes: growing it per endpoint costs too much.
+    grow(api, range(3))
+    few = {
+        (path, str(params)): count_statements(api, statements, path, params)
+        for path, params in LIST_ENDPOINTS
+    }
+    grow(api, range(3, 30))
+    many = {
+        (path, str(params)): count_statements(api, statements, path, params)
+        for path, params in LIST_ENDPOINTS
+    }
+    assert many == few
+    assert max(few.values()) <= 8, few
+
+
+def test_detail_statement_counts_do_not_grow_with_history(
+    quiet_api: Api, statements: StatementCounter
+) -> None:
+    api = quiet_api
+    grow(api, range(1))
+
+    def counts() -> dict[str, int]:
+        [device] = [
+            d for d in api.devices(node="node-00", resource=GPU) if d["device_id"] == "gpu-0"
+        ]
+        found: dict[str, int] = {}
+        for path in (
+            f"/api/v1/devices/{device['id']}",
+            "/api/v1/nodes/node-00",
+            "/api/v1/pods/ml/a-00",
+        ):
+            api.get(path)
+            with statements:
+                api.get(path)
+            found[path] = statements.count
+        return found
+
+    before = counts()
+    for seq in range(2, 12):
+        health = "Healthy" if seq % 2 else "Unhealthy"
+        api.ingest_listandwatch(
+            listandwatch("node-00", [dev("gpu-0", health), dev("gpu-1"), dev("gpu-2")], seq + 1)
+        )
+        api.ingest_listandwatch(listandwatch("node-00", [dev(f"nic-{seq}")], seq, resource=NIC))
+    assert counts() == before
+
+
+def test_unchanged_snapshot_costs_two_updates(quiet_api: Api, statements: StatementCounter) -> None:
+    """The common case of a node agent's life: same content, next seq."""
+    api = quiet_api
+    devices = [dev("gpu-0"), dev("gpu-1")]
+    api.ingest_listandwatch(listandwatch("node-a", devices, 1))
+    api.ingest_listandwatch(listandwatch("node-a", devices, 2))
+    pods = [pod("p", containers={"c": [held(GPU, "gpu-0")]})]
+    api.ingest_podresources(podresources("node-a", pods, 1))
+    api.ingest_podresources(podresources("node-a", pods, 2))
+    for seq in (3, 4):
+        with statements:
+            assert api.ingest_listandwatch(listandwatch("node-a", devices, seq))["changed"] is False
+        verbs = [s.split()[0].upper() for s in statements.statements]
+        writes = [v for v in verbs if v not in ("SELECT", "BEGIN", "COMMIT", "ROLLBACK")]
+        assert writes == ["UPDATE", "UPDATE"], statements.statements
+        with statements:
+            assert api.ingest_podresources(podresources("node-a", pods, seq))["changed"] is False
+        verbs = [s.split()[0].upper() for s in statements.statements]
+        writes = [v for v in verbs if v not in ("SELECT", "BEGIN", "COMMIT", "ROLLBACK")]
+        assert writes == ["UPDATE", "UPDATE"], statements.statements
+        assert verbs.count("SELECT") == 1, statements.statements  # the token
