@@ -1,1 +1,35 @@
 """The operator dashboard: server-rendered pages with htmx for partial and live updates."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+log = logging.getLogger(__name__)
+
+
+def install_ui(app: FastAPI) -> None:
+    """Pages, the event stream, static files, security headers and the live-update task."""
+    from app.ui.access import install_access_handlers
+    from app.ui.assets import missing_assets
+    from app.ui.cache import PageCache
+    from app.ui.live import start_live_updates
+    from app.ui.routes import devices, events, login, nodes, overview, pods
+    from app.ui.security import SecurityHeadersMiddleware
+    from app.ui.stream import router as stream_router
+    from app.ui.templating import STATIC, build_environment
+
+    app.state.ui_templates = build_environment()
+    app.state.ui_cache = PageCache()
+    for module in (overview, nodes, devices, pods, events, login):
+        app.include_router(module.router)
+    app.include_router(stream_router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(SecurityHeadersMiddleware)
+    install_access_handlers(app)
+    app.state.background_starters.append(start_live_updates)
+    missing = missing_assets()
+    if missing:
+        log.warning("dashboard scripts missing (run `make assets`) files=%s", ",".join(missing))

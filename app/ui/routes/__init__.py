@@ -1,0 +1,1 @@
+"""HTML routes of the dashboard, one module per page family."""

@@ -1,0 +1,115 @@
+"""GET /devices (filterable, sortable, paged table) and GET /devices/{id} (history)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from app.api.deps import QueryClock, ReadSession
+from app.inventory.dashboard import resource_names
+from app.inventory.errors import InvalidInput, NotFound
+from app.inventory.history import EventFilters, list_events
+from app.inventory.queries import DeviceFilters, get_device, list_devices
+from app.ui.access import Viewer
+from app.ui.forms import RESOURCE_MAX, Form, problems_of
+from app.ui.render import View, render_error, respond
+from app.ui.svg import timeline
+from app.ui.templating import query_url
+
+router = APIRouter(include_in_schema=False)
+
+SORT_KEYS = ("node", "resource", "device_id", "health")
+SORTS = {key: key for key in SORT_KEYS} | {f"-{key}": f"-{key}" for key in SORT_KEYS}
+HEALTH_CHOICES = {"": None, "Healthy": "Healthy", "Unhealthy": "Unhealthy", "Unknown": "Unknown"}
+ALLOCATED_CHOICES: dict[str, bool | None] = {"": None, "yes": True, "no": False}
+STATE_CHOICES = {"": "present", "removed": "removed", "any": "any"}
+FILTERS = ("node", "resource", "health", "allocated", "namespace", "pod", "q", "state")
+DEVICE_EVENTS = 30
+
+
+@router.get("/devices", response_class=HTMLResponse)
+def devices(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock) -> Response:
+    form = Form(request.query_params)
+    filters = DeviceFilters(
+        node=form.text("node"),
+        resource=form.text("resource", RESOURCE_MAX),
+        health=form.choice("health", HEALTH_CHOICES),
+        allocated=form.choice("allocated", ALLOCATED_CHOICES),
+        namespace=form.text("namespace", 63),
+        pod=form.text("pod"),
+        q=form.text("q"),
+        state=form.choice("state", STATE_CHOICES),
+    )
+    sort = form.choice("sort", SORTS | {"": "node"})
+    limit = form.page_size()
+    cursor = form.cursor()
+    state = form.state(*FILTERS, "sort", "limit")
+    page = None
+    problems = form.problem_dicts()
+    if form.ok:
+        try:
+            page = list_devices(session, filters, clock, sort=sort, cursor=cursor, limit=limit)
+        except InvalidInput as e:
+            problems = problems_of(e)
+    context: dict[str, Any] = {
+        "page": page,
+        "state": state,
+        "problems": problems,
+        "resources": resource_names(session),
+        "sort": sort,
+        "cursor": cursor,
+        "filtered": any(state[name] for name in FILTERS),
+    }
+    return respond(
+        request,
+        viewer,
+        View(
+            "devices.html",
+            context,
+            title="Devices",
+            nav="devices",
+            regions=("device-results",),
+            canonical=query_url("/devices", state, cursor=cursor),
+            status=422 if problems else 200,
+        ),
+    )
+
+
+@router.get("/devices/{device_id}", response_class=HTMLResponse)
+def device(
+    device_id: str, request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock
+) -> Response:
+    try:
+        if not device_id.isdigit() or len(device_id) > 18:
+            raise NotFound(device_id)
+        detail = get_device(session, int(device_id), clock)
+    except NotFound:
+        return render_error(
+            request,
+            404,
+            "No such device",
+            "There is no device with that number. It may have come from an old link.",
+            principal=viewer,
+            back="/devices",
+        )
+    events = list_events(session, EventFilters(device=detail["id"]), limit=DEVICE_EVENTS).items
+    context: dict[str, Any] = {
+        "device": detail,
+        "events": events,
+        "timeline": timeline(
+            detail["first_seen"], clock.now, detail["health_history"], detail["allocation_history"]
+        ),
+    }
+    return respond(
+        request,
+        viewer,
+        View(
+            "device.html",
+            context,
+            title=f"{detail['device_id']} on {detail['node']}",
+            nav="devices",
+            regions=("device-summary", "device-history"),
+        ),
+    )

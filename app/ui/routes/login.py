@@ -1,0 +1,130 @@
+"""GET/POST /login and POST /logout: a token pasted once, kept in an HttpOnly cookie."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from app.api.deps import SESSION_COOKIE
+from app.auth import Principal, authenticate
+from app.clock import utcnow
+from app.config import AuthMode
+from app.ui.access import safe_next
+from app.ui.render import base_context, environment, full_page, render_error
+from app.ui.security import CSRF_FIELD, csrf_matches, is_https, same_origin
+
+router = APIRouter(include_in_schema=False)
+
+COOKIE_MAX_AGE = 7 * 24 * 3600
+FORM_LIMIT = 16 * 1024
+
+
+def _auth_on(request: Request) -> bool:
+    return bool(request.app.state.settings.auth is AuthMode.TOKEN)
+
+
+def _login_page(
+    request: Request, next_path: str, status: int = 200, problem: dict[str, str] | None = None
+) -> HTMLResponse:
+    context: dict[str, Any] = {
+        **base_context(request, None),
+        "title": "Sign in",
+        "nav": "",
+        "next": next_path,
+        "problem": problem,
+        "arrived_cross_site": request.headers.get("sec-fetch-site") == "cross-site",
+    }
+    return full_page(request, environment(request), "login.html", context, status=status)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> Response:
+    next_path = safe_next(request.query_params.get("next"))
+    if not _auth_on(request):
+        return RedirectResponse(next_path, status_code=303)
+    return _login_page(request, next_path)
+
+
+def _refuse_cross_site(request: Request, form: dict[str, str]) -> Response | None:
+    if same_origin(request) and csrf_matches(request, form.get(CSRF_FIELD)):
+        return None
+    return render_error(
+        request,
+        403,
+        "Request refused",
+        "This form was not sent from a Devicedeck page (its origin or its form token does "
+        "not match), so nothing was changed. Reload the page and try again.",
+        back="/",
+    )
+
+
+async def _read_form(request: Request) -> dict[str, str]:
+    body = await request.body()
+    if len(body) > FORM_LIMIT:
+        return {}
+    parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {key: values[-1] for key, values in parsed.items()}
+
+
+def _check_token(request: Request, token: str) -> Principal | None:
+    with request.app.state.session_factory() as session:
+        found = authenticate(session, token, utcnow())
+    return found.principal if found is not None else None
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    form = await _read_form(request)
+    refused = _refuse_cross_site(request, form)
+    if refused is not None:
+        return refused
+    next_path = safe_next(form.get("next"))
+    if not _auth_on(request):
+        return RedirectResponse(next_path, status_code=303)
+    token = form.get("token", "").strip()
+    if not token:
+        problem = {"field": "token", "rule": "required", "message": "Paste an API token."}
+        return _login_page(request, next_path, 422, problem)
+    principal = await run_in_threadpool(_check_token, request, token)
+    if principal is None:
+        problem = {
+            "field": "token",
+            "rule": "known_token",
+            "message": "That token is unknown or has been revoked.",
+        }
+        return _login_page(request, next_path, 401, problem)
+    if not principal.has("read"):
+        problem = {
+            "field": "token",
+            "rule": "read_scope",
+            "message": f"The token “{principal.name}” lacks the read scope.",
+        }
+        return _login_page(request, next_path, 403, problem)
+    response = RedirectResponse(next_path, status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        token,
+        max_age=COOKIE_MAX_AGE,
+        httponly=True,
+        samesite="strict",
+        secure=is_https(request),
+        path="/",
+    )
+    return response
+
+
+@router.post("/logout", response_class=HTMLResponse)
+async def logout(request: Request) -> Response:
+    form = await _read_form(request)
+    refused = _refuse_cross_site(request, form)
+    if refused is not None:
+        return refused
+    response = RedirectResponse("/login" if _auth_on(request) else "/", status_code=303)
+    response.delete_cookie(
+        SESSION_COOKIE, httponly=True, samesite="strict", secure=is_https(request), path="/"
+    )
+    return response

@@ -1,0 +1,114 @@
+"""GET /nodes (table) and GET /nodes/{name} (devices as tiles by resource and NUMA node)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from app.api.deps import QueryClock, ReadSession
+from app.inventory.dashboard import (
+    advertised_resources,
+    all_devices_of_node,
+    group_devices_by_resource_and_numa,
+    resource_names,
+)
+from app.inventory.errors import InvalidInput, NotFound
+from app.inventory.history import EventFilters, list_events
+from app.inventory.queries import NodeFilters, get_node, list_nodes
+from app.ui.access import Viewer
+from app.ui.forms import RESOURCE_MAX, Form, problems_of
+from app.ui.render import View, render_error, respond
+from app.ui.templating import query_url
+
+router = APIRouter(include_in_schema=False)
+
+SORTS = {"name": "name", "-name": "-name", "last_seen": "last_seen", "-last_seen": "-last_seen"}
+STALE_CHOICES: dict[str, bool | None] = {"": None, "yes": True, "no": False}
+NODE_EVENTS = 12
+
+
+@router.get("/nodes", response_class=HTMLResponse)
+def nodes(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock) -> Response:
+    form = Form(request.query_params)
+    q = form.text("q")
+    stale = form.choice("stale", STALE_CHOICES)
+    resource = form.text("resource", RESOURCE_MAX)
+    sort = form.choice("sort", SORTS | {"": "name"})
+    limit = form.page_size()
+    cursor = form.cursor()
+    state = form.state("q", "stale", "resource", "sort", "limit")
+    page = None
+    problems = form.problem_dicts()
+    if form.ok:
+        try:
+            page = list_nodes(
+                session,
+                NodeFilters(q=q, stale=stale, resource=resource),
+                clock,
+                sort=sort,
+                cursor=cursor,
+                limit=limit,
+            )
+        except InvalidInput as e:
+            problems = problems_of(e)
+    context: dict[str, Any] = {
+        "page": page,
+        "state": state,
+        "problems": problems,
+        "resources": resource_names(session),
+        "sort": sort,
+        "cursor": cursor,
+    }
+    return respond(
+        request,
+        viewer,
+        View(
+            "nodes.html",
+            context,
+            title="Nodes",
+            nav="nodes",
+            regions=("node-results",),
+            canonical=query_url("/nodes", state, cursor=cursor),
+            status=422 if problems else 200,
+        ),
+    )
+
+
+@router.get("/nodes/{name}", response_class=HTMLResponse)
+def node(
+    name: str, request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock
+) -> Response:
+    try:
+        detail = get_node(session, name, clock)
+    except NotFound:
+        return render_error(
+            request,
+            404,
+            "No such node",
+            f"Devicedeck has never heard from a node named “{name}”.",
+            principal=viewer,
+            back="/nodes",
+        )
+    devices = all_devices_of_node(session, name, clock)
+    groups = group_devices_by_resource_and_numa(devices)
+    advertised = advertised_resources(detail, {g["resource"] for g in groups})
+    context: dict[str, Any] = {
+        "node": detail,
+        "groups": groups,
+        "manual": advertised["manual"],
+        "kube": advertised["kube"],
+        "events": list_events(session, EventFilters(node=name), limit=NODE_EVENTS).items,
+    }
+    return respond(
+        request,
+        viewer,
+        View(
+            "node.html",
+            context,
+            title=name,
+            nav="nodes",
+            regions=("node-summary", "node-devices", "node-side", "node-events"),
+        ),
+    )

@@ -1,0 +1,87 @@
+"""GET /: totals per resource, nodes that need a look, trends, and the latest events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.orm import Session
+
+from app.api.deps import QueryClock, ReadSession
+from app.inventory.charts import DEFAULT_WINDOW, WINDOWS, resource_history
+from app.inventory.dashboard import cluster_summary, nodes_needing_attention
+from app.inventory.history import EventFilters, latest_event_id, list_events
+from app.inventory.queries import Clock
+from app.ui.access import Viewer
+from app.ui.cache import PageCache
+from app.ui.forms import Form
+from app.ui.render import View, region_requested, respond
+from app.ui.svg import resource_chart
+
+router = APIRouter(include_in_schema=False)
+
+REGIONS = (
+    "overview-kpis",
+    "overview-resources",
+    "overview-problems",
+    "overview-trends",
+    "overview-events",
+)
+LATEST_EVENTS = 12
+CHART_TTL = 60
+SUMMARY_TTL = 2
+
+
+@router.get("/", response_class=HTMLResponse)
+def overview(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock) -> Response:
+    form = Form(request.query_params)
+    window = form.choice("window", {name: name for name in WINDOWS} | {"": DEFAULT_WINDOW})
+    cache: PageCache = request.app.state.ui_cache
+    fresh = (latest_event_id(session), int(clock.now.timestamp() // SUMMARY_TTL))
+    context: dict[str, Any] = {
+        "summary": cache.get_or_compute(
+            ("summary", *fresh), lambda: cluster_summary(session, clock)
+        ),
+        "problems": cache.get_or_compute(
+            ("problems", *fresh), lambda: nodes_needing_attention(session, clock)
+        ),
+        "events": list_events(session, EventFilters(), limit=LATEST_EVENTS).items,
+        "window": window,
+        "windows": list(WINDOWS),
+        # Charts replay a day of events: the page comes first, the charts a moment later.
+        "charts": _charts(request, session, clock, window)
+        if region_requested(request, "overview-trends")
+        else None,
+        "form_problems": form.problem_dicts(),
+    }
+    canonical = "/" if window == DEFAULT_WINDOW else f"/?window={window}"
+    return respond(
+        request,
+        viewer,
+        View(
+            "overview.html",
+            context,
+            title="Overview",
+            nav="overview",
+            regions=REGIONS,
+            canonical=canonical,
+            status=422 if form.problems else 200,
+        ),
+    )
+
+
+def _charts(request: Request, session: Session, clock: Clock, window: str) -> list[dict[str, Any]]:
+    """Charts per resource, rebuilt at most once a minute per window: rebuilding walks every
+    event in the window. A chart a minute old is still right at its scale (a point every 15
+    minutes over a day)."""
+    cache: PageCache = request.app.state.ui_cache
+
+    def build() -> list[dict[str, Any]]:
+        history = resource_history(session, clock, WINDOWS[window])
+        return [
+            {"resource": name, **resource_chart(history["times"], series)}
+            for name, series in history["resources"].items()
+        ]
+
+    return cache.get_or_compute(("charts", window, int(clock.now.timestamp() // CHART_TTL)), build)

@@ -1,0 +1,132 @@
+"""Real HTTP servers for the tests that need one: in a thread, or as `devicedeck serve`.
+
+Starlette's TestClient runs a response to completion before returning it, so an endless event
+stream needs a real server. Both helpers stop what they started, whatever the test did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from app.config import Settings
+from app.main import create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/livez", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def threaded_server(settings: Settings) -> Iterator[tuple[str, FastAPI]]:
+    """The app under uvicorn in a thread; yields (base URL, app)."""
+    app = create_app(settings)
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: server.started, 20, "the server to start")
+        yield url, app
+    finally:
+        # A server in a thread gets no signals, so end the event streams the way the signal
+        # hook would; then uvicorn's shutdown does not wait on them.
+        hub = getattr(app.state, "live", None)
+        if hub is not None and server.started:
+            hub.close_threadsafe()
+        server.should_exit = True
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "the server thread did not stop"
+
+
+class ServedProcess:
+    """`devicedeck serve` in its own process, started at once and waited for separately, so
+    several can start side by side."""
+
+    def __init__(self, settings_env: dict[str, str], log_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / f"serve-{self.port}.log"
+        env = {**os.environ, **settings_env, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "serve",
+                    "--no-migrate",
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not _answers(self.url):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"server did not start:\n{self.log_path.read_text()}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@contextlib.contextmanager
+def served_processes(envs: list[dict[str, str]], log_dir: Path) -> Iterator[list[ServedProcess]]:
+    started: list[ServedProcess] = []
+    try:
+        for env in envs:
+            started.append(ServedProcess(env, log_dir))
+        for served in started:
+            served.wait_ready()
+        yield started
+    finally:
+        for served in started:
+            served.stop()

@@ -1,0 +1,135 @@
+"""The event stream against real servers: an ingest is announced within 2 s, streams end when
+the client leaves or the server stops, and with PostgreSQL a change ingested through one
+service process reaches a page served by another."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.config import AuthMode, Settings
+
+from .conftest import GPU, Ingest, MakeToken, dev
+from .dom import parse
+from .servers import served_processes, threaded_server, wait_until
+
+LIVE_WITHIN = 2.0
+
+
+def read_event(lines: Iterator[str], deadline: float) -> dict[str, str]:
+    """The next complete SSE event (comments and retry-only blocks skipped)."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line == "":
+            if "event" in fields:
+                return fields
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+        if time.monotonic() > deadline:
+            break
+    raise AssertionError(f"no event before the deadline; last fields {fields}")
+
+
+def open_stream(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
+    request = client.build_request("GET", url, headers=headers)
+    response = client.send(request, stream=True)
+    assert response.status_code == 200, response.read()
+    assert response.headers["content-type"].startswith("text/event-stream")
+    return response
+
+
+def test_stream_announces_an_ingest_within_two_seconds(
+    settings: Settings, make_token: MakeToken
+) -> None:
+    headers = {"Authorization": f"Bearer {make_token('read', 'ingest')}"}
+    with threaded_server(settings) as (url, _app), httpx.Client(base_url=url, timeout=5) as client:
+        stream = open_stream(client, "/ui/stream?since=0", headers)
+        try:
+            lines = stream.iter_lines()
+            assert next(lines) == "retry: 2000"
+            started = time.monotonic()
+            Ingest(client, headers).devices("node-a", [dev("gpu-0")])
+            event = read_event(lines, started + LIVE_WITHIN)
+            elapsed = time.monotonic() - started
+        finally:
+            stream.close()
+        assert event["event"] == "changed" and int(event["id"]) > 0
+        assert elapsed < LIVE_WITHIN
+
+
+def test_stream_catches_up_and_ends_when_the_client_leaves(
+    settings: Settings, make_token: MakeToken
+) -> None:
+    headers = {"Authorization": f"Bearer {make_token('read', 'ingest')}"}
+    with threaded_server(settings) as (url, app), httpx.Client(base_url=url, timeout=5) as client:
+        Ingest(client, headers).devices("node-a", [dev("gpu-0")])
+        hub = app.state.live
+        wait_until(lambda: hub.latest > 0, 5, "the hub to see the ingest")
+        # A page rendered before that change (since=0) hears about it at once on connect;
+        # a reconnect resumes from Last-Event-ID.
+        stream = open_stream(client, "/ui/stream?since=0", headers)
+        # Keep the line iterator: dropping it mid-stream closes the connection.
+        lines = stream.iter_lines()
+        event = read_event(lines, time.monotonic() + LIVE_WITHIN)
+        assert int(event["id"]) == hub.latest
+        wait_until(lambda: hub.subscriber_count == 1, 5, "the stream to subscribe")
+        stream.close()
+        wait_until(lambda: hub.subscriber_count == 0, 5, "the stream to notice the client left")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_server_shutdown_ends_open_streams_promptly(database_url: str, tmp_path: Path) -> None:
+    env = {"DEVICEDECK_DATABASE_URL": database_url, "DEVICEDECK_AUTH": "off"}
+    with served_processes([env], tmp_path) as [served], httpx.Client(timeout=10) as client:
+        stream = open_stream(client, served.url + "/ui/stream", {})
+        try:
+            lines = stream.iter_lines()
+            assert next(lines) == "retry: 2000"
+            served.process.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            assert [line for line in lines if line] == []  # ends, not hangs the shutdown
+            served.process.wait(timeout=10)
+            assert time.monotonic() - started < 5
+            # uvicorn re-raises the signal after a graceful shutdown, hence -SIGTERM.
+            assert served.process.returncode in (0, -signal.SIGTERM)
+            assert "Application shutdown complete" in served.log_path.read_text()
+        finally:
+            stream.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_change_through_one_process_shows_live_on_another(
+    database_url: str, make_token: MakeToken, tmp_path: Path
+) -> None:
+    token = make_token("read", "ingest")
+    headers = {"Authorization": f"Bearer {token}"}
+    env = {"DEVICEDECK_DATABASE_URL": database_url, "DEVICEDECK_AUTH": AuthMode.TOKEN.value}
+    with (
+        served_processes([env, env], tmp_path) as [first, second],
+        httpx.Client(timeout=5) as client,
+    ):
+        stream = open_stream(client, second.url + "/ui/stream?since=0", headers)
+        try:
+            lines = stream.iter_lines()
+            assert next(lines) == "retry: 2000"
+            writer = httpx.Client(base_url=first.url, timeout=5)
+            with writer:
+                started = time.monotonic()
+                Ingest(writer, headers).devices("node-far", [dev("<gpu-far>")])
+                event = read_event(lines, started + LIVE_WITHIN)
+                elapsed = time.monotonic() - started
+        finally:
+            stream.close()
+        assert event["event"] == "changed" and elapsed < LIVE_WITHIN
+        # And the page the second process serves shows it.
+        page = parse(client.get(second.url + f"/devices?resource={GPU}", headers=headers).text)
+        rows = page.by_id("device-results").one("tbody").find_all("tr")
+        assert [r.one("th").clean_text for r in rows] == ["<gpu-far>"]
