@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator, Coroutine
 from datetime import timedelta
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from app import __version__
-from app.api import ingest, inventory, service, tokens
+from app.api import ingest, inventory, kube, service, tokens
+from app.api.deps import reject_nul_parameters
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware
 from app.clock import utcnow
@@ -21,6 +22,7 @@ from app.db import create_db_engine, make_session_factory, write_session
 from app.inventory.queries import Clock, devices_by_resource_and_health
 from app.inventory.staleness import mark_stale_nodes
 from app.metrics import ServiceMetrics
+from app.ui import install_ui
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description=API_DESCRIPTION,
         lifespan=lifespan,
+        dependencies=[Depends(reject_nul_parameters)],
     )
     app.state.settings = settings
     # Other parts (dashboard live updates, cluster watcher) add (app, tasks) -> None starters.
@@ -75,6 +78,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ingest.router)
     app.include_router(inventory.router)
     app.include_router(tokens.router)
+    kube.install(app)
+    install_ui(app)
     return app
 
 
@@ -97,6 +102,13 @@ class BackgroundTasks:
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # Cancelling a task does not stop the thread of an asyncio.to_thread call it awaited;
+        # wait for those threads, so none holds a database connection when the engine is
+        # disposed (it would leak, never to be closed).
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 30)
+        except TimeoutError:
+            log.warning("background threads still running at shutdown after 30 s")
 
 
 async def stale_sweep(app: FastAPI, settings: Settings) -> None:

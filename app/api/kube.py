@@ -1,0 +1,175 @@
+"""Cluster routes: the watcher's status, pods and DRA devices from the API server, and
+hand-advertised extended resources on node status (scope admin)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse
+
+from app.api.deps import Admin, CurrentSettings, Reader, ReadSession, SessionFactory
+from app.api.envelope import ListEnvelope, envelope
+from app.api.errors import error_response
+from app.api.kube_models import (
+    ClusterStatusOut,
+    DraDeviceOut,
+    ExtendedResourceChangeOut,
+    ExtendedResourceIn,
+    KubePodOut,
+)
+from app.api.models import ErrorOut
+from app.clock import utcnow
+from app.inventory.pages import DEFAULT_LIMIT, MAX_LIMIT
+from app.kube.dra_queries import DraFilters, list_dra_devices
+from app.kube.errors import KubeError
+from app.kube.extended_admin import change_extended_resource
+from app.kube.pod_queries import KubePodFilters, list_kube_pods
+from app.kube.status import cluster_status
+from app.kube.watcher import start_cluster_integration
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
+    403: {"model": ErrorOut, "description": "the token lacks the scope"},
+    422: {"model": ErrorOut, "description": "a parameter breaks a rule"},
+}
+ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    403: {
+        "model": ErrorOut,
+        "description": "the token lacks the admin scope, or RBAC denies Devicedeck the patch",
+    },
+    404: {"model": ErrorOut, "description": "no such node, or (DELETE) no such capacity entry"},
+    409: {"model": ErrorOut, "description": "a device plugin serves this resource on the node"},
+    503: {
+        "model": ErrorOut,
+        "description": "DEVICEDECK_KUBE is off, or the API server cannot be reached",
+    },
+}
+
+router = APIRouter(prefix="/api/v1", tags=["cluster"], responses=ERRORS)
+
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")]
+Cursor = Annotated[
+    str | None, Query(max_length=2048, description="from the `next` URL of the previous page")
+]
+Text = Annotated[str | None, Query(max_length=253)]
+NodeName = Annotated[str, Path(max_length=253, description="the node's name")]
+ResourceName = Annotated[
+    str, Path(max_length=316, description="extended resource name; keeps its '/'")
+]
+
+
+@router.get(
+    "/cluster/status",
+    response_model=ClusterStatusOut,
+    summary="The cluster watcher: mode, and per watched collection its state and last error",
+)
+def status(
+    request: Request, session: ReadSession, _: Reader, settings: CurrentSettings
+) -> dict[str, Any]:
+    problem = getattr(request.app.state, "kube_problem", None)
+    return cluster_status(session, settings.kube, problem, utcnow())
+
+
+@router.get(
+    "/cluster/pods",
+    response_model=ListEnvelope[KubePodOut],
+    summary="Pods that request extended resources or DRA claims, from the API server",
+)
+def pods(
+    request: Request,
+    session: ReadSession,
+    _: Reader,
+    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    node: Text = None,
+    phase: Annotated[str | None, Query(max_length=32)] = None,
+    deleted: Annotated[bool, Query(description="true: pods deleted recently instead")] = False,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    filters = KubePodFilters(namespace=namespace, node=node, phase=phase, deleted=deleted)
+    return envelope(request, list_kube_pods(session, filters, cursor=cursor, limit=limit))
+
+
+@router.get(
+    "/dra/devices",
+    response_model=ListEnvelope[DraDeviceOut],
+    summary="DRA devices (highest pool generation) with the claims and pods using them",
+)
+def dra_devices(
+    request: Request,
+    session: ReadSession,
+    _: Reader,
+    node: Text = None,
+    driver: Text = None,
+    pool: Text = None,
+    allocated: Annotated[bool | None, Query(description="true: allocated to a claim")] = None,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    filters = DraFilters(node=node, driver=driver, pool=pool, allocated=allocated)
+    return envelope(request, list_dra_devices(session, filters, cursor=cursor, limit=limit))
+
+
+@router.put(
+    "/nodes/{node}/extended-resources/{resource:path}",
+    response_model=ExtendedResourceChangeOut,
+    responses=ADMIN_ERRORS,
+    summary="Advertise (or change) an extended resource on the node's status.capacity",
+)
+def set_extended_resource(
+    request: Request,
+    node: NodeName,
+    resource: ResourceName,
+    body: ExtendedResourceIn,
+    principal: Admin,
+    factory: SessionFactory,
+) -> dict[str, Any]:
+    return change_extended_resource(
+        getattr(request.app.state, "kube_api", None),
+        getattr(request.app.state, "kube_problem", None),
+        factory,
+        node=node,
+        resource=resource,
+        quantity=body.quantity,
+        actor=principal.name,
+    )
+
+
+@router.delete(
+    "/nodes/{node}/extended-resources/{resource:path}",
+    response_model=ExtendedResourceChangeOut,
+    responses=ADMIN_ERRORS,
+    summary="Remove a hand-advertised extended resource from the node's status.capacity",
+)
+def remove_extended_resource(
+    request: Request,
+    node: NodeName,
+    resource: ResourceName,
+    principal: Admin,
+    factory: SessionFactory,
+) -> dict[str, Any]:
+    return change_extended_resource(
+        getattr(request.app.state, "kube_api", None),
+        getattr(request.app.state, "kube_problem", None),
+        factory,
+        node=node,
+        resource=resource,
+        quantity=None,
+        actor=principal.name,
+    )
+
+
+async def _kube_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, KubeError)
+    return error_response(exc.status, exc.code, exc.message, [p.as_dict() for p in exc.problems])
+
+
+def install(app: FastAPI) -> None:
+    """Routes, the error handler that keeps the API server's status, and the watcher starter."""
+    app.state.kube_api = None
+    app.state.kube_problem = None
+    app.include_router(router)
+    app.add_exception_handler(KubeError, _kube_error)
+    app.state.background_starters.append(start_cluster_integration)

@@ -1,0 +1,103 @@
+"""The cluster watcher: one reflector thread per collection, owned by one background task.
+
+The official client is synchronous, so each watch runs in its own thread. The task started
+at service startup owns the threads: cancelling it (at shutdown) stops and joins them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import KubeMode, Settings
+from app.db import write_session
+from app.kube import dra_sync, node_sync, pod_sync
+from app.kube.client import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeApi
+from app.kube.errors import KubeUnavailable
+from app.kube.reflector import Reflector, Sync
+
+if TYPE_CHECKING:
+    from app.main import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+SYNCS = (
+    Sync(NODES, node_sync.apply_node_list, node_sync.apply_node_event),
+    Sync(PODS, pod_sync.apply_pod_list, pod_sync.apply_pod_event, pod_sync.requests_devices),
+    Sync(RESOURCE_SLICES, dra_sync.apply_slice_list, dra_sync.apply_slice_event),
+    Sync(RESOURCE_CLAIMS, dra_sync.apply_claim_list, dra_sync.apply_claim_event),
+)
+# Allocations can arrive from the agent after their pod was seen: join them on a timer too.
+JOIN_EVERY = 15.0
+STOP_TIMEOUT = 10.0
+
+
+class ClusterWatcher:
+    def __init__(self, api: KubeApi, factory: sessionmaker[Session], resync: float) -> None:
+        self.factory = factory
+        self.stop_event = threading.Event()
+        self.reflectors = [Reflector(api, sync, factory, resync, self.stop_event) for sync in SYNCS]
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for reflector in self.reflectors:
+            thread = threading.Thread(
+                target=reflector.run, name=f"kube-watch-{reflector.name}", daemon=True
+            )
+            thread.start()
+            self.threads.append(thread)
+        joiner = threading.Thread(target=self._join_loop, name="kube-join", daemon=True)
+        joiner.start()
+        self.threads.append(joiner)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for reflector in self.reflectors:
+            reflector.interrupt()
+        deadline = STOP_TIMEOUT
+        for thread in self.threads:
+            thread.join(timeout=deadline)
+            if thread.is_alive():
+                log.warning("cluster watch thread did not stop in time name=%s", thread.name)
+
+    def _join_loop(self) -> None:
+        while not self.stop_event.wait(JOIN_EVERY):
+            try:
+                with write_session(self.factory) as session:
+                    pod_sync.join_allocations(session)
+            except SQLAlchemyError as e:
+                log.warning("joining allocations to pods failed; will retry error=%s", e)
+
+
+async def run_watcher(watcher: ClusterWatcher, api: KubeApi) -> None:
+    watcher.start()
+    try:
+        await asyncio.Future()  # runs until the owner cancels it at shutdown
+    finally:
+        await asyncio.to_thread(watcher.stop)
+        api.close()
+
+
+def start_cluster_integration(app: FastAPI, tasks: BackgroundTasks) -> None:
+    """Background starter: connect to the API server and watch it, when configured to."""
+    settings: Settings = app.state.settings
+    app.state.kube_api = None
+    app.state.kube_problem = None
+    if settings.kube is KubeMode.OFF:
+        return
+    try:
+        api = KubeApi.from_settings(settings)
+    except KubeUnavailable as e:
+        log.error("cluster integration not started: %s", e.message)
+        app.state.kube_problem = e.message
+        return
+    app.state.kube_api = api
+    watcher = ClusterWatcher(api, app.state.session_factory, settings.kube_resync)
+    log.info("cluster integration started mode=%s host=%s", settings.kube.value, api.host)
+    tasks.start(run_watcher(watcher, api), name="kube-watcher")
