@@ -12,7 +12,7 @@ import pytest
 
 from app.sim import ctl
 from app.sim.commands import main
-from app.sim.kubelet.control import control_socket_path
+from app.sim.kubelet.control import call, control_socket_path
 from app.sim.node import PluginSpec, SimNode
 from app.sim.workload import WORKLOAD_NAMESPACES
 
@@ -97,6 +97,12 @@ def test_cli_offers_the_simulator_commands() -> None:
         assert callable(args.func)
 
 
+def _allocatable(root: Path, resource: str) -> int:
+    status = call(control_socket_path(root), {"op": "node.status"})
+    resources = status.get("resources", {})
+    return int(resources.get(resource, {}).get("allocatable", 0))
+
+
 def _minimal_args(command: str) -> list[str]:
     if command == "sim-node":
         return ["--root", "/tmp/x", "--plugin", "example.com/dongle:1"]
@@ -117,6 +123,12 @@ def test_sim_kubelet_process_serves_a_separate_plugin_and_stops_on_sigint(
         try:
             wait_until(control_socket_path(root).exists, timeout=20, message="control socket")
             start_plugin("example.com/dongle", 2)
+            # Registration returns before the kubelet has read the plugin's first device list.
+            wait_until(
+                lambda: _allocatable(root, "example.com/dongle") == 2,
+                timeout=10,
+                message="dongles allocatable",
+            )
             assert (
                 main(
                     [
