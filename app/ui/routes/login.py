@@ -49,7 +49,7 @@ def login_form(request: Request) -> Response:
     return _login_page(request, next_path)
 
 
-def _refuse_cross_site(request: Request, form: dict[str, str]) -> Response | None:
+def refuse_cross_site(request: Request, form: dict[str, str]) -> Response | None:
     if same_origin(request) and csrf_matches(request, form.get(CSRF_FIELD)):
         return None
     return render_error(
@@ -62,7 +62,7 @@ def _refuse_cross_site(request: Request, form: dict[str, str]) -> Response | Non
     )
 
 
-async def _read_form(request: Request) -> dict[str, str]:
+async def read_form(request: Request) -> dict[str, str]:
     body = await request.body()
     if len(body) > FORM_LIMIT:
         return {}
@@ -78,8 +78,8 @@ def _check_token(request: Request, token: str) -> Principal | None:
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
-    form = await _read_form(request)
-    refused = _refuse_cross_site(request, form)
+    form = await read_form(request)
+    refused = refuse_cross_site(request, form)
     if refused is not None:
         return refused
     next_path = safe_next(form.get("next"))
@@ -119,8 +119,8 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout", response_class=HTMLResponse)
 async def logout(request: Request) -> Response:
-    form = await _read_form(request)
-    refused = _refuse_cross_site(request, form)
+    form = await read_form(request)
+    refused = refuse_cross_site(request, form)
     if refused is not None:
         return refused
     response = RedirectResponse("/login" if _auth_on(request) else "/", status_code=303)

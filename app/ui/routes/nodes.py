@@ -100,6 +100,9 @@ def node(
         "manual": advertised["manual"],
         "kube": advertised["kube"],
         "events": list_events(session, EventFilters(node=name), limit=NODE_EVENTS).items,
+        # Forms that change node status only where there is a cluster to send them to.
+        "can_administer": viewer.has("admin")
+        and getattr(request.app.state, "kube_api", None) is not None,
     }
     return respond(
         request,
