@@ -10,6 +10,7 @@ event id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -116,6 +117,21 @@ async def listen_for_events(hub: LiveHub, factory: sessionmaker[Session], connin
         await _listen(conninfo, wake)
 
 
+async def _connect(conninfo: str) -> psycopg.AsyncConnection[Any]:
+    """Connect; if cancelled half-way, finish and close the connection before giving up, so
+    no open connection is left for the garbage collector (a ResourceWarning, and a leak)."""
+    connecting = asyncio.ensure_future(
+        psycopg.AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
+    )
+    try:
+        return await asyncio.shield(connecting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            conn = await asyncio.wait_for(connecting, timeout=10)
+            await conn.close()
+        raise
+
+
 async def _listen(conninfo: str, wake: asyncio.Event) -> None:
     """Reconnects with backoff when the connection drops, and wakes the publisher after each
     (re)connect in case a change came while it was down. A quiet connection is checked every
@@ -123,9 +139,7 @@ async def _listen(conninfo: str, wake: asyncio.Event) -> None:
     delay = RECONNECT_MIN
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(
-                conninfo, autocommit=True, connect_timeout=10
-            ) as conn:
+            async with await _connect(conninfo) as conn:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 delay = RECONNECT_MIN
                 wake.set()
