@@ -140,14 +140,18 @@ async def run_phase(
     requests: list[tuple[str, str, dict[str, Any] | None]],
     concurrency: int,
 ) -> tuple[float, list[float]]:
-    queue: asyncio.Queue[tuple[str, str, dict[str, Any] | None]] = asyncio.Queue()
-    for item in requests:
-        queue.put_nowait(item)
+    """Send the requests with `concurrency` workers. Requests for one node always go to the
+    same worker, in order, as one agent sends them: a node's stream never has two snapshots in
+    flight, so none is refused as older than one that overtook it."""
+    lanes: list[list[tuple[str, str, dict[str, Any] | None]]] = [[] for _ in range(concurrency)]
+    for index, item in enumerate(requests):
+        body = item[2]
+        key = str(body["node"]) if body else str(index)
+        lanes[hash(key) % concurrency].append(item)
     latencies: list[float] = []
 
-    async def worker() -> None:
-        while not queue.empty():
-            method, path, body = queue.get_nowait()
+    async def worker(lane: list[tuple[str, str, dict[str, Any] | None]]) -> None:
+        for method, path, body in lane:
             started = time.perf_counter()
             response = await client.request(method, path, json=body)
             latencies.append(time.perf_counter() - started)
@@ -157,7 +161,7 @@ async def run_phase(
                 )
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(lane) for lane in lanes))
     return time.perf_counter() - started, latencies
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Annotated
 
@@ -19,12 +19,12 @@ from app.inventory.queries import Clock
 SESSION_COOKIE = "devicedeck_token"
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_session_factory(request: Request) -> sessionmaker[Session]:
+async def get_session_factory(request: Request) -> sessionmaker[Session]:
     factory: sessionmaker[Session] = request.app.state.session_factory
     return factory
 
@@ -36,7 +36,7 @@ def read_session(
         yield session
 
 
-def reject_nul_parameters(request: Request) -> None:
+async def reject_nul_parameters(request: Request) -> None:
     """Query and path parameters with a NUL character are invalid input.
 
     PostgreSQL text cannot hold NUL, so such a value would fail in the database as a 5xx.
@@ -90,8 +90,8 @@ def current_principal(
     return found.principal
 
 
-def require(scope: str) -> Callable[[Principal], Principal]:
-    def _check(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+def require(scope: str) -> Callable[[Principal], Awaitable[Principal]]:
+    async def _check(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
         if not principal.has(scope):
             raise HTTPException(403, f"this token lacks the {scope!r} scope")
         return principal
@@ -107,7 +107,7 @@ SessionFactory = Annotated[sessionmaker[Session], Depends(get_session_factory)]
 CurrentSettings = Annotated[Settings, Depends(get_settings)]
 
 
-def query_clock(settings: Annotated[Settings, Depends(get_settings)]) -> Clock:
+async def query_clock(settings: Annotated[Settings, Depends(get_settings)]) -> Clock:
     return Clock(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
 
 

@@ -14,7 +14,7 @@ router = APIRouter(tags=["service"])
 
 
 @router.get("/livez", summary="The process is up")
-def livez() -> dict[str, Any]:
+async def livez() -> dict[str, Any]:
     return {"status": "ok"}
 
 
