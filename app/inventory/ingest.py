@@ -7,6 +7,7 @@ owns the node's current allocations (device-plugin and DRA) and its allocatable 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -61,25 +62,6 @@ class IngestResult:
         return asdict(self)
 
 
-def _unchanged(
-    session: Session,
-    node_name: str,
-    stream: str,
-    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
-    content_hash: str,
-    now: datetime,
-) -> bool:
-    return record_unchanged_snapshot(
-        session,
-        node_name=node_name,
-        stream=stream,
-        source=snapshot.source,
-        content_hash=content_hash,
-        observed_at=snapshot.observed_at,
-        now=now,
-    )
-
-
 def kubelet_health(raw: str) -> str:
     """The kubelet counts only the exact string "Healthy" as healthy."""
     return HEALTHY if raw == HEALTHY else UNHEALTHY
@@ -88,9 +70,36 @@ def kubelet_health(raw: str) -> str:
 def apply_listandwatch_snapshot(
     session: Session, snapshot: ListAndWatchSnapshot, *, now: datetime, actor: str
 ) -> IngestResult:
+    def replace(node_id: int, log: EventLog) -> None:
+        _replace_device_list(session, node_id, snapshot, now, log)
+        if snapshot.plugin is not None:
+            _record_plugin(session, node_id, snapshot, now, log)
+
     stream = listandwatch_stream(snapshot.resource)
+    return _apply_stream(session, snapshot, stream, replace, now=now, actor=actor)
+
+
+def _apply_stream(
+    session: Session,
+    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
+    stream: str,
+    replace: Callable[[int, EventLog], None],
+    *,
+    now: datetime,
+    actor: str,
+) -> IngestResult:
+    """The ordering and idempotency rules every stream shares; `replace` changes what the
+    stream owns, and runs only when the content differs from the last applied."""
     content_hash = snapshot.content_hash()
-    if _unchanged(session, snapshot.node, stream, snapshot, content_hash, now):
+    if record_unchanged_snapshot(
+        session,
+        node_name=snapshot.node,
+        stream=stream,
+        source=snapshot.source,
+        content_hash=content_hash,
+        observed_at=snapshot.observed_at,
+        now=now,
+    ):
         return IngestResult()
     log = EventLog(at=now, actor=actor)
     node = lock_node(session, snapshot.node, now, log)
@@ -100,11 +109,8 @@ def apply_listandwatch_snapshot(
     if order is Order.REPEAT:
         log.write(session)
         return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
-    unchanged = receipt is not None and receipt.content_hash == content_hash
-    if not unchanged:
-        _replace_device_list(session, node.id, snapshot, now, log)
-        if snapshot.plugin is not None:
-            _record_plugin(session, node.id, snapshot, now, log)
+    if receipt is None or receipt.content_hash != content_hash:
+        replace(node.id, log)
     record_receipt(
         session,
         receipt,
@@ -122,6 +128,8 @@ def apply_listandwatch_snapshot(
         removed=log.count("device_removed"),
         reappeared=log.count("device_reappeared"),
         health_changes=log.count("health_changed"),
+        allocated=log.count("allocated") + log.count("claim_allocated"),
+        released=log.count("released") + log.count("claim_released"),
         events=len(log.rows),
     )
 
@@ -266,45 +274,18 @@ ClaimKey = tuple[str, str, str, str, str, str, str, str, str | None]
 def apply_podresources_snapshot(
     session: Session, snapshot: PodResourcesSnapshot, *, now: datetime, actor: str
 ) -> IngestResult:
-    content_hash = snapshot.content_hash()
-    if _unchanged(session, snapshot.node, PODRESOURCES_STREAM, snapshot, content_hash, now):
-        return IngestResult()
-    log = EventLog(at=now, actor=actor)
-    node = lock_node(session, snapshot.node, now, log)
-    receipt = find_receipt(session, node.id, PODRESOURCES_STREAM)
-    order = check_order(receipt, snapshot.source, content_hash, PODRESOURCES_STREAM)
-    mark_node_seen(session, node, now, log)
-    if order is Order.REPEAT:
-        log.write(session)
-        return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
-    if receipt is None or receipt.content_hash != content_hash:
+    def replace(node_id: int, log: EventLog) -> None:
         wanted, numa_hints, uids = _wanted_allocations(snapshot)
         allocatable = _allocatable_sets(snapshot)
         devices = _ensure_devices(
-            session, node.id, snapshot.node, wanted, numa_hints, allocatable, now, log
+            session, node_id, snapshot.node, wanted, numa_hints, allocatable, now, log
         )
-        _replace_allocations(session, node.id, snapshot.node, wanted, uids, devices, now, log)
-        _replace_claim_allocations(session, node.id, snapshot, now, log)
+        _replace_allocations(session, node_id, snapshot.node, wanted, uids, devices, now, log)
+        _replace_claim_allocations(session, node_id, snapshot, now, log)
         if allocatable is not None:
-            _replace_allocatable(session, node.id, allocatable, now)
-    record_receipt(
-        session,
-        receipt,
-        node_id=node.id,
-        stream=PODRESOURCES_STREAM,
-        source=snapshot.source,
-        payload_hash=content_hash,
-        observed_at=snapshot.observed_at,
-        now=now,
-    )
-    log.write(session)
-    return IngestResult(
-        changed=bool(log.rows),
-        added=log.count("device_added"),
-        allocated=log.count("allocated") + log.count("claim_allocated"),
-        released=log.count("released") + log.count("claim_released"),
-        events=len(log.rows),
-    )
+            _replace_allocatable(session, node_id, allocatable, now)
+
+    return _apply_stream(session, snapshot, PODRESOURCES_STREAM, replace, now=now, actor=actor)
 
 
 def _wanted_allocations(
