@@ -18,6 +18,7 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    or_,
     select,
 )
 from sqlalchemy.orm import Session
@@ -49,6 +50,15 @@ class Clock:
 def effective_health(clock: Clock) -> ColumnElement[str]:
     """A device on a node that stopped reporting is Unknown, whatever it last said."""
     return case((Node.last_seen < clock.cutoff, literal(UNKNOWN)), else_=Device.health)
+
+
+def health_is(health: str, clock: Clock) -> ColumnElement[bool]:
+    """`effective_health(clock) == health`, written so the planner can estimate it: a CASE
+    hides both columns from the statistics, and a misestimate turns joins into per-row probes."""
+    fresh = Node.last_seen >= clock.cutoff
+    if health == UNKNOWN:
+        return or_(~fresh, Device.health == UNKNOWN)
+    return and_(fresh, Device.health == health)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -106,7 +116,7 @@ def _device_conditions(filters: DeviceFilters, clock: Clock) -> list[ColumnEleme
     if filters.resource is not None:
         conditions.append(Device.resource == filters.resource)
     if filters.health is not None:
-        conditions.append(effective_health(clock) == filters.health)
+        conditions.append(health_is(filters.health, clock))
     if filters.allocated is True:
         conditions.append(_current_allocation_of_device())
     elif filters.allocated is False:
