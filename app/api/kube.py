@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.deps import Admin, CurrentSettings, Reader, ReadSession, SessionFactory
 from app.api.envelope import ListEnvelope, envelope
@@ -126,15 +127,7 @@ def set_extended_resource(
     principal: Admin,
     factory: SessionFactory,
 ) -> dict[str, Any]:
-    return change_extended_resource(
-        getattr(request.app.state, "kube_api", None),
-        getattr(request.app.state, "kube_problem", None),
-        factory,
-        node=node,
-        resource=resource,
-        quantity=body.quantity,
-        actor=principal.name,
-    )
+    return _change(request, factory, node, resource, body.quantity, principal.name)
 
 
 @router.delete(
@@ -150,14 +143,25 @@ def remove_extended_resource(
     principal: Admin,
     factory: SessionFactory,
 ) -> dict[str, Any]:
+    return _change(request, factory, node, resource, None, principal.name)
+
+
+def _change(
+    request: Request,
+    factory: sessionmaker[Session],
+    node: str,
+    resource: str,
+    quantity: int | None,
+    actor: str,
+) -> dict[str, Any]:
     return change_extended_resource(
         getattr(request.app.state, "kube_api", None),
         getattr(request.app.state, "kube_problem", None),
         factory,
         node=node,
         resource=resource,
-        quantity=None,
-        actor=principal.name,
+        quantity=quantity,
+        actor=actor,
     )
 
 

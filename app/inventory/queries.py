@@ -265,7 +265,10 @@ def _empty_counts() -> dict[str, int]:
 
 
 def device_counts(
-    session: Session, clock: Clock, node_ids: list[int] | None = None
+    session: Session,
+    clock: Clock,
+    node_ids: list[int] | None = None,
+    resources: list[str] | None = None,
 ) -> dict[tuple[int, str], dict[str, int]]:
     """Counts of present devices per (node id, resource).
 
@@ -294,6 +297,8 @@ def device_counts(
         if not node_ids:
             return {}
         query = query.where(Device.node_id.in_(node_ids))
+    if resources is not None:
+        query = query.where(Device.resource.in_(resources))
     counts: dict[tuple[int, str], dict[str, int]] = {}
     for node_id, resource, total, ok, bad, unknown, alloc, free in session.execute(query):
         counts[(node_id, resource)] = {
@@ -447,10 +452,8 @@ def list_resources(
                 )
             )
         }
-        counts = device_counts(session, clock)
+        counts = device_counts(session, clock, resources=names)
         for (node_id, resource), value in counts.items():
-            if resource not in names:
-                continue
             per_node[resource].append({"node": node_names[node_id], **value})
             for field, number in value.items():
                 totals[resource][field] += number
