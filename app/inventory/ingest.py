@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.inventory.events import EventLog
@@ -22,6 +22,7 @@ from app.inventory.models import (
     Device,
     NodeResource,
     PluginRegistration,
+    table_of,
 )
 from app.inventory.nodes import (
     PODRESOURCES_STREAM,
@@ -377,6 +378,32 @@ def _ensure_devices(
     return devices
 
 
+# Core statements built once (see app/inventory/nodes.py): a PodResources snapshot runs them all.
+_allocations = table_of(Allocation)
+_CURRENT_ALLOCATIONS = select(
+    _allocations.c.id,
+    _allocations.c.namespace,
+    _allocations.c.pod,
+    _allocations.c.pod_uid,
+    _allocations.c.container,
+    _allocations.c.resource,
+    _allocations.c.device_id,
+    _allocations.c.device_pk,
+    _allocations.c.started,
+).where(_allocations.c.node_id == bindparam("node_id"), _allocations.c.ended.is_(None))
+_END_ALLOCATIONS = (
+    update(_allocations)
+    .where(_allocations.c.id.in_(bindparam("ids", expanding=True)))
+    .values(ended=bindparam("at", type_=_allocations.c.ended.type))
+)
+_SET_POD_UID = (
+    update(_allocations)
+    .where(_allocations.c.id == bindparam("allocation_id"))
+    .values(pod_uid=bindparam("uid"))
+)
+_INSERT_ALLOCATIONS = insert(_allocations)
+
+
 def _replace_allocations(
     session: Session,
     node_id: int,
@@ -389,9 +416,7 @@ def _replace_allocations(
 ) -> None:
     current = {
         (a.namespace, a.pod, a.container, a.resource, a.device_id): a
-        for a in session.scalars(
-            select(Allocation).where(Allocation.node_id == node_id, Allocation.ended.is_(None))
-        )
+        for a in session.execute(_CURRENT_ALLOCATIONS, {"node_id": node_id})
     }
     # A pod that came back under the same name with a new UID is a new holder: the earlier
     # incarnation's allocation ends and a new one starts.
@@ -402,9 +427,10 @@ def _replace_allocations(
         and allocation.pod_uid
         and uids.get((key[0], key[1])) not in (None, allocation.pod_uid)
     }
+    ended: list[int] = []
     for key in sorted((current.keys() - wanted) | replaced):
         allocation = current.pop(key)
-        allocation.ended = now
+        ended.append(allocation.id)
         log.add(
             "released",
             node=node_name,
@@ -416,10 +442,15 @@ def _replace_allocations(
             container=allocation.container,
             before={"started": allocation.started.isoformat(), "pod_uid": allocation.pod_uid},
         )
-    for key, allocation in current.items():
-        uid = uids.get((key[0], key[1]))
-        if uid and allocation.pod_uid != uid:
-            allocation.pod_uid = uid
+    if ended:
+        session.execute(_END_ALLOCATIONS, {"ids": ended, "at": now})
+    learned_uids = [
+        {"allocation_id": allocation.id, "uid": uid}
+        for key, allocation in current.items()
+        if (uid := uids.get((key[0], key[1]))) and allocation.pod_uid != uid
+    ]
+    if learned_uids:
+        session.execute(_SET_POD_UID, learned_uids)
     rows = []
     for namespace, pod, container, resource, device_id in sorted(wanted - current.keys()):
         device = devices[(resource, device_id)]
@@ -449,7 +480,7 @@ def _replace_allocations(
             after={"health": device.health},
         )
     if rows:
-        session.execute(insert(Allocation), rows)
+        session.execute(_INSERT_ALLOCATIONS, rows)
 
 
 def _replace_claim_allocations(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -15,6 +15,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     UniqueConstraint,
     text,
 )
@@ -68,6 +69,11 @@ class Base(DeclarativeBase):
         dict[str, Any]: JSON,
         list[Any]: JSON,
     }
+
+
+def table_of(model: type[Base]) -> Table:
+    """A model's table, for Core statements on hot paths that need no ORM objects."""
+    return cast(Table, model.__table__)
 
 
 class Node(Base):
