@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -111,3 +113,42 @@ def authenticate(session: Session, plaintext: str, now: datetime) -> Authenticat
 
 def record_token_use(session: Session, token_id: int, now: datetime) -> None:
     session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=now))
+
+
+class TokenCache:
+    """Tokens that authenticated recently, so that a busy agent's requests skip the database.
+
+    Keyed by the token's hash, never the token. Only successes are kept: unknown tokens would
+    let anyone fill the memory. A revocation through this process clears the cache at once;
+    one made elsewhere (the CLI, another replica) takes effect within `ttl` seconds, and a
+    `ttl` of 0 turns the cache off.
+    """
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._entries: dict[str, tuple[Principal, float]] = {}
+
+    def get(self, plaintext: str) -> Principal | None:
+        key = hash_token(plaintext)
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        principal, expires = entry
+        if self._clock() >= expires:
+            del self._entries[key]
+            return None
+        return principal
+
+    def put(self, plaintext: str, principal: Principal) -> None:
+        if self.ttl <= 0:
+            return
+        if len(self._entries) >= self.MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[hash_token(plaintext)] = (principal, self._clock() + self.ttl)
+
+    def forget(self, name: str) -> None:
+        """Drop the named token (names are unique), as its revocation must apply at once."""
+        self._entries = {k: v for k, v in self._entries.items() if v[0].name != name}

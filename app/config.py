@@ -32,6 +32,11 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db",
     )
     auth: AuthMode = Field(default=AuthMode.TOKEN, description="token, or off for local demos")
+    token_cache_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="how long a checked token is trusted without asking the database again",
+    )
     stale_after: float = Field(
         default=90.0, gt=0, description="seconds without a snapshot before a node is stale"
     )

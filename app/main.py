@@ -16,6 +16,7 @@ from app.api import ingest, inventory, kube, service, tokens
 from app.api.deps import reject_nul_parameters
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware
+from app.auth import TokenCache
 from app.clock import utcnow
 from app.config import AuthMode, Settings
 from app.db import create_db_engine, make_session_factory, write_session
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dependencies=[Depends(reject_nul_parameters)],
     )
     app.state.settings = settings
+    app.state.token_cache = TokenCache(ttl=settings.token_cache_seconds)
     # Other parts (dashboard live updates, cluster watcher) add (app, tasks) -> None starters.
     app.state.background_starters = []
     install_error_handlers(app)

@@ -8,8 +8,9 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
-from app.auth import ANONYMOUS_ADMIN, Principal, authenticate, record_token_use
+from app.auth import ANONYMOUS_ADMIN, Principal, TokenCache, authenticate, record_token_use
 from app.clock import utcnow
 from app.config import AuthMode, Settings
 from app.db import write_session
@@ -65,18 +66,9 @@ def presented_token(request: Request) -> str | None:
     return request.cookies.get(SESSION_COOKIE)
 
 
-def current_principal(
-    request: Request,
-    settings: Annotated[Settings, Depends(get_settings)],
-    factory: Annotated[sessionmaker[Session], Depends(get_session_factory)],
-) -> Principal:
-    if settings.auth is AuthMode.OFF:
-        return ANONYMOUS_ADMIN
-    token = presented_token(request)
-    if token is None:
-        raise HTTPException(
-            401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-        )
+def _principal_from_database(request: Request, token: str) -> Principal:
+    """The token checked against the database (in a worker thread), then cached."""
+    factory: sessionmaker[Session] = request.app.state.session_factory
     now = utcnow()
     with factory() as session:
         found = authenticate(session, token, now)
@@ -87,7 +79,30 @@ def current_principal(
     if found.touch:
         with write_session(factory) as session:
             record_token_use(session, found.token_id, now)
+    token_cache(request).put(token, found.principal)
     return found.principal
+
+
+def token_cache(request: Request) -> TokenCache:
+    cache: TokenCache = request.app.state.token_cache
+    return cache
+
+
+async def current_principal(
+    request: Request, settings: Annotated[Settings, Depends(get_settings)]
+) -> Principal:
+    if settings.auth is AuthMode.OFF:
+        return ANONYMOUS_ADMIN
+    token = presented_token(request)
+    if token is None:
+        raise HTTPException(
+            401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+        )
+    # An agent posts every few seconds: a cache hit answers without a thread or a query.
+    cached = token_cache(request).get(token)
+    if cached is not None:
+        return cached
+    return await run_in_threadpool(_principal_from_database, request, token)
 
 
 def require(scope: str) -> Callable[[Principal], Awaitable[Principal]]:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
 
-from app.api.deps import Admin, ReadSession, SessionFactory
+from app.api.deps import Admin, ReadSession, SessionFactory, token_cache
 from app.api.envelope import ListEnvelope, envelope
 from app.api.models import ErrorOut
 from app.auth import create_token, list_tokens, revoke_token
@@ -80,6 +80,8 @@ def create(factory: SessionFactory, _: Admin, body: Annotated[NewToken, Body()])
     responses={404: {"model": ErrorOut, "description": "no token of that name"}},
     summary="Revoke a token",
 )
-def revoke(name: str, factory: SessionFactory, _: Admin) -> dict[str, Any]:
+def revoke(request: Request, name: str, factory: SessionFactory, _: Admin) -> dict[str, Any]:
     with write_session(factory) as session:
-        return _token_out(revoke_token(session, name, utcnow()))
+        revoked = _token_out(revoke_token(session, name, utcnow()))
+    token_cache(request).forget(name)
+    return revoked

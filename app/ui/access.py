@@ -28,12 +28,12 @@ class ReadScopeMissing(Exception):
         self.principal = principal
 
 
-def page_principal(request: Request) -> Principal:
+async def page_principal(request: Request) -> Principal:
     settings: Settings = request.app.state.settings
     if settings.auth is AuthMode.OFF:
         return ANONYMOUS_ADMIN
     try:
-        principal = current_principal(request, settings, request.app.state.session_factory)
+        principal = await current_principal(request, settings)
     except HTTPException as e:
         if e.status_code == 401:
             raise LoginRequired() from e

@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from app.auth import Principal, TokenCache
 from app.config import AuthMode, Settings
 from app.main import create_app
 
@@ -225,7 +227,7 @@ def test_token_cli_create_list_revoke(
     assert token.startswith("ddk_") and " " not in token
     assert token not in repr(db_rows(skip={}))
 
-    api = make_api()
+    api = make_api(token_cache_seconds=1.0)
     assert call(api.client, "POST", LAW, bearer(token)).status_code == 200
     assert api.client.get(DEVICES, headers=bearer(token)).status_code == 200
 
@@ -237,6 +239,11 @@ def test_token_cli_create_list_revoke(
 
     revoked = devicedeck(database_url, "token", "revoke", "node-agent")
     assert revoked.returncode == 0, revoked.stderr
+    # Revoked by another process: the service trusts its cached check for at most a second.
+    revoked_at = time.monotonic()
+    while api.client.get(DEVICES, headers=bearer(token)).status_code == 200:
+        assert time.monotonic() - revoked_at < 1.5, "still accepted after the cache time"
+        time.sleep(0.05)
     assert_error(api.client.get(DEVICES, headers=bearer(token)), 401, "unauthorized")
 
 
@@ -258,3 +265,30 @@ def test_token_cli_errors(
     with pytest.raises(SystemExit):
         main(["token", "create", "--name", "x", "--scope", "root"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_token_cache_keeps_successes_for_its_time_only() -> None:
+    now = [100.0]
+    cache = TokenCache(ttl=10, clock=lambda: now[0])
+    reader = Principal(name="reader", scopes=frozenset({"read"}))
+    assert cache.get("ddk_a") is None
+    cache.put("ddk_a", reader)
+    assert cache.get("ddk_a") == reader
+    assert cache.get("ddk_b") is None
+    now[0] += 9.9
+    assert cache.get("ddk_a") == reader
+    now[0] += 0.1
+    assert cache.get("ddk_a") is None, "an expired check must go back to the database"
+    cache.put("ddk_a", reader)
+    cache.forget("reader")
+    assert cache.get("ddk_a") is None, "a revocation in this process applies at once"
+    off = TokenCache(ttl=0, clock=lambda: now[0])
+    off.put("ddk_a", reader)
+    assert off.get("ddk_a") is None
+
+
+def test_token_cache_holds_hashes_not_tokens() -> None:
+    cache = TokenCache(ttl=10)
+    cache.put("ddk_secret", Principal(name="agent", scopes=frozenset({"ingest"})))
+    assert "ddk_secret" not in repr(vars(cache))
+    assert hashlib.sha256(b"ddk_secret").hexdigest() in repr(vars(cache))
