@@ -88,9 +88,8 @@ def token_cache(request: Request) -> TokenCache:
     return cache
 
 
-async def current_principal(
-    request: Request, settings: Annotated[Settings, Depends(get_settings)]
-) -> Principal:
+async def current_principal(request: Request) -> Principal:
+    settings: Settings = request.app.state.settings
     if settings.auth is AuthMode.OFF:
         return ANONYMOUS_ADMIN
     token = presented_token(request)

@@ -8,8 +8,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import Ingester, SessionFactory
+from app.api.deps import Ingester
 from app.api.models import ErrorOut
 from app.clock import utcnow
 from app.config import Settings
@@ -103,12 +104,13 @@ PODRESOURCES_EXAMPLE = {
 
 def _apply(
     request: Request,
-    factory: SessionFactory,
     kind: str,
     apply: Callable[..., IngestResult],
     snapshot: Any,
     actor: str,
 ) -> IngestResponse:
+    """Runs in a worker thread. The routes that call it are async so that FastAPI serialises
+    the small response in the event loop, not with a second trip through the thread pool."""
     metrics: ServiceMetrics = request.app.state.metrics
     settings: Settings = request.app.state.settings
     started = time.perf_counter()
@@ -118,7 +120,7 @@ def _apply(
             max_devices=settings.max_devices_per_snapshot,
             max_pods=settings.max_pods_per_snapshot,
         )
-        with write_session(factory) as session:
+        with write_session(request.app.state.session_factory) as session:
             result = apply(session, snapshot, now=utcnow(), actor=actor)
     except DomainError:
         metrics.ingest_total.labels(kind, "refused").inc()
@@ -134,9 +136,8 @@ def _apply(
     summary="Replace one (node, resource)'s device list with a ListAndWatch snapshot",
     responses=INGEST_ERRORS,
 )
-def ingest_listandwatch(
+async def ingest_listandwatch(
     request: Request,
-    factory: SessionFactory,
     principal: Ingester,
     snapshot: Annotated[
         ListAndWatchSnapshot,
@@ -145,8 +146,13 @@ def ingest_listandwatch(
         ),
     ],
 ) -> IngestResponse:
-    return _apply(
-        request, factory, "listandwatch", apply_listandwatch_snapshot, snapshot, principal.name
+    return await run_in_threadpool(
+        _apply,
+        request,
+        "listandwatch",
+        apply_listandwatch_snapshot,
+        snapshot,
+        principal.name,
     )
 
 
@@ -155,9 +161,8 @@ def ingest_listandwatch(
     summary="Replace a node's allocations with a PodResources List snapshot",
     responses=INGEST_ERRORS,
 )
-def ingest_podresources(
+async def ingest_podresources(
     request: Request,
-    factory: SessionFactory,
     principal: Ingester,
     snapshot: Annotated[
         PodResourcesSnapshot,
@@ -168,6 +173,11 @@ def ingest_podresources(
         ),
     ],
 ) -> IngestResponse:
-    return _apply(
-        request, factory, "podresources", apply_podresources_snapshot, snapshot, principal.name
+    return await run_in_threadpool(
+        _apply,
+        request,
+        "podresources",
+        apply_podresources_snapshot,
+        snapshot,
+        principal.name,
     )

@@ -320,6 +320,26 @@ def _allocatable_sets(snapshot: PodResourcesSnapshot) -> dict[str, set[str]] | N
     return sets
 
 
+@dataclass(frozen=True)
+class HeldDevice:
+    """What an allocation needs of its device."""
+
+    pk: int
+    health: str
+
+
+_devices = table_of(Device)
+_NODE_DEVICES = select(
+    _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health
+).where(
+    _devices.c.node_id == bindparam("node_id"),
+    _devices.c.resource.in_(bindparam("resources", expanding=True)),
+)
+_INSERT_DEVICES = insert(_devices).returning(
+    _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health
+)
+
+
 def _ensure_devices(
     session: Session,
     node_id: int,
@@ -329,7 +349,7 @@ def _ensure_devices(
     allocatable: dict[str, set[str]] | None,
     now: datetime,
     log: EventLog,
-) -> dict[tuple[str, str], Device]:
+) -> dict[tuple[str, str], HeldDevice]:
     """Devices of the node by (resource, device ID); ones referenced before any plugin snapshot
     are created with health Unknown."""
     referenced = {(key[3], key[4]) for key in wanted}
@@ -337,44 +357,47 @@ def _ensure_devices(
         referenced.update((resource, device_id) for device_id in ids)
     if not referenced:
         return {}
-    resources = {resource for resource, _ in referenced}
+    resources = sorted({resource for resource, _ in referenced})
     devices = {
-        (d.resource, d.device_id): d
-        for d in session.scalars(
-            select(Device).where(Device.node_id == node_id, Device.resource.in_(resources))
-        )
+        (row.resource, row.device_id): HeldDevice(row.id, row.health)
+        for row in session.execute(_NODE_DEVICES, {"node_id": node_id, "resources": resources})
     }
-    created: list[Device] = []
-    for resource, device_id in sorted(referenced - devices.keys()):
-        device = Device(
-            node_id=node_id,
+    missing = sorted(referenced - devices.keys())
+    if not missing:
+        return devices
+    rows = [
+        {
+            "node_id": node_id,
+            "resource": resource,
+            "device_id": device_id,
+            "health": UNKNOWN,
+            "raw_health": None,
+            "health_source": "unknown",
+            "numa_nodes": sorted(numa_hints.get((resource, device_id), ())),
+            "state": PRESENT,
+            "first_seen": now,
+            "last_seen": now,
+            "removed_at": None,
+            "health_changed_at": None,
+        }
+        for resource, device_id in missing
+    ]
+    created = {
+        (row.resource, row.device_id): HeldDevice(row.id, row.health)
+        for row in session.execute(_INSERT_DEVICES, rows)
+    }
+    for (resource, device_id), row in zip(missing, rows, strict=True):
+        log.add(
+            "device_added",
+            node=node_name,
             resource=resource,
             device_id=device_id,
-            health=UNKNOWN,
-            raw_health=None,
-            health_source="unknown",
-            numa_nodes=sorted(numa_hints.get((resource, device_id), ())),
-            state=PRESENT,
-            first_seen=now,
-            last_seen=now,
-            health_changed_at=None,
+            device_pk=created[(resource, device_id)].pk,
+            after={"health": UNKNOWN, "numa_nodes": row["numa_nodes"], "via": "podresources"},
         )
-        created.append(device)
-        devices[(resource, device_id)] = device
-    if created:
-        session.add_all(created)
-        session.flush()
-        for device in created:
-            log.add(
-                "device_added",
-                node=node_name,
-                resource=device.resource,
-                device_id=device.device_id,
-                device_pk=device.id,
-                after={"health": UNKNOWN, "numa_nodes": device.numa_nodes, "via": "podresources"},
-            )
-        for resource in {d.resource for d in created}:
-            forget_content_hash(session, node_id, listandwatch_stream(resource))
+    devices.update(created)
+    for resource in sorted({resource for resource, _ in missing}):
+        forget_content_hash(session, node_id, listandwatch_stream(resource))
     return devices
 
 
@@ -410,7 +433,7 @@ def _replace_allocations(
     node_name: str,
     wanted: set[AllocationKey],
     uids: dict[tuple[str, str], str],
-    devices: dict[tuple[str, str], Device],
+    devices: dict[tuple[str, str], HeldDevice],
     now: datetime,
     log: EventLog,
 ) -> None:
@@ -457,7 +480,7 @@ def _replace_allocations(
         rows.append(
             {
                 "node_id": node_id,
-                "device_pk": device.id,
+                "device_pk": device.pk,
                 "namespace": namespace,
                 "pod": pod,
                 "pod_uid": uids.get((namespace, pod)),
@@ -473,7 +496,7 @@ def _replace_allocations(
             node=node_name,
             resource=resource,
             device_id=device_id,
-            device_pk=device.id,
+            device_pk=device.pk,
             namespace=namespace,
             pod=pod,
             container=container,

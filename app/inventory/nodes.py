@@ -147,21 +147,31 @@ _TOUCH_FRESH_NODE = (
     .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type))
     .returning(_nodes.c.id)
 )
+_RECEIPT_IS_UNCHANGED_BEFORE = (
+    _receipts.c.stream == bindparam("for_stream"),
+    _receipts.c.boot_id == bindparam("for_boot"),
+    _receipts.c.seq < bindparam("new_seq"),
+    _receipts.c.content_hash == bindparam("same_hash"),
+)
+_RECEIPT_ADVANCED = {
+    "seq": bindparam("new_seq"),
+    "payload_hash": bindparam("same_hash"),
+    "observed_at": bindparam("observed", type_=_receipts.c.observed_at.type),
+    "received_at": bindparam("now", type_=_receipts.c.received_at.type),
+}
 _ADVANCE_UNCHANGED_RECEIPT = (
     update(_receipts)
-    .where(
-        _receipts.c.node_id == bindparam("for_node"),
-        _receipts.c.stream == bindparam("for_stream"),
-        _receipts.c.boot_id == bindparam("for_boot"),
-        _receipts.c.seq < bindparam("new_seq"),
-        _receipts.c.content_hash == bindparam("same_hash"),
-    )
-    .values(
-        seq=bindparam("new_seq"),
-        payload_hash=bindparam("same_hash"),
-        observed_at=bindparam("observed", type_=_receipts.c.observed_at.type),
-        received_at=bindparam("now", type_=_receipts.c.received_at.type),
-    )
+    .where(_receipts.c.node_id == bindparam("for_node"), *_RECEIPT_IS_UNCHANGED_BEFORE)
+    .values(_RECEIPT_ADVANCED)
+)
+# PostgreSQL does both in one round trip: the CTE updates (and locks) the node row first,
+# and the receipt is advanced only when it joins with a fresh node.
+_FRESH_NODE = _TOUCH_FRESH_NODE.cte("fresh_node")
+_ADVANCE_UNCHANGED_IN_ONE = (
+    update(_receipts)
+    .where(_receipts.c.node_id == _FRESH_NODE.c.id, *_RECEIPT_IS_UNCHANGED_BEFORE)
+    .values(_RECEIPT_ADVANCED)
+    .returning(_receipts.c.id)
 )
 
 
@@ -175,31 +185,30 @@ def record_unchanged_snapshot(
     observed_at: datetime,
     now: datetime,
 ) -> bool:
-    """The common case in two statements: a newer seq whose content equals the last applied.
+    """The common case, in one statement on PostgreSQL and two on SQLite: a newer seq whose
+    content equals the last applied.
 
     Touches only the node's last-seen time and the stream's receipt. Returns False, having
     changed nothing that matters, when the snapshot needs the full path (new node, stale node,
     other content, other boot, older or repeated seq). The first UPDATE also takes the node's
     row lock, as the full path would.
     """
-    node_id = session.execute(
-        _TOUCH_FRESH_NODE, {"node_name": node_name, "now": now}
-    ).scalar_one_or_none()
+    params: dict[str, Any] = {
+        "node_name": node_name,
+        "for_stream": stream,
+        "for_boot": source.boot_id,
+        "new_seq": source.seq,
+        "same_hash": content_hash,
+        "observed": observed_at,
+        "now": now,
+    }
+    if session.get_bind().dialect.name == "postgresql":
+        return session.execute(_ADVANCE_UNCHANGED_IN_ONE, params).first() is not None
+    node_id = session.execute(_TOUCH_FRESH_NODE, params).scalar_one_or_none()
     if node_id is None:
         return False
     touched = cast(
         CursorResult[Any],
-        session.execute(
-            _ADVANCE_UNCHANGED_RECEIPT,
-            {
-                "for_node": node_id,
-                "for_stream": stream,
-                "for_boot": source.boot_id,
-                "new_seq": source.seq,
-                "same_hash": content_hash,
-                "observed": observed_at,
-                "now": now,
-            },
-        ),
+        session.execute(_ADVANCE_UNCHANGED_RECEIPT, {**params, "for_node": node_id}),
     )
     return touched.rowcount == 1

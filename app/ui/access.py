@@ -33,7 +33,7 @@ async def page_principal(request: Request) -> Principal:
     if settings.auth is AuthMode.OFF:
         return ANONYMOUS_ADMIN
     try:
-        principal = await current_principal(request, settings)
+        principal = await current_principal(request)
     except HTTPException as e:
         if e.status_code == 401:
             raise LoginRequired() from e
