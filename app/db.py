@@ -3,13 +3,17 @@
 SQLite gets WAL, foreign keys and a busy timeout. Its transactions begin DEFERRED by default;
 a writer asks for ``write_session`` so the transaction begins IMMEDIATE, because a deferred
 transaction that reads first and writes later fails at once with SQLITE_BUSY when another
-writer committed in between.
+writer committed in between. Writers in one process also queue on a lock before they begin:
+SQLite's own busy handler retries with sleeps of up to 100 ms, which left some snapshots
+waiting for a second behind others that took a few milliseconds.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -17,6 +21,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 IMMEDIATE = "devicedeck_immediate"
+
+_sqlite_writer_locks: weakref.WeakKeyDictionary[Engine, threading.RLock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def is_sqlite(engine: Engine) -> bool:
@@ -43,6 +51,8 @@ def create_db_engine(url: str, **kwargs: Any) -> Engine:
 
 
 def _configure_sqlite(engine: Engine) -> None:
+    _sqlite_writer_locks[engine] = threading.RLock()
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy emit BEGIN itself so we can choose DEFERRED or IMMEDIATE.
@@ -69,7 +79,8 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 @contextmanager
 def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session whose transaction takes the write lock at once and commits on success."""
-    with factory() as session:
+    writers = _sqlite_writer_locks.get(factory.kw["bind"])
+    with writers or nullcontext(), factory() as session:
         session.connection(execution_options={IMMEDIATE: True})
         try:
             yield session

@@ -57,8 +57,10 @@ def test_plugin_death_marks_devices_unhealthy_then_capacity_zero_after_grace(
     plugin = start_plugin(DONGLE, 2)
     wait_until(lambda: kubelet.manager.allocatable() == {DONGLE: 2})
 
-    plugin.stop(grace=0)
+    # Taken before the stop: the kubelet may see the endpoint go (and start the grace timer)
+    # before stop() returns.
     stopped = time.monotonic()
+    plugin.stop(grace=0)
 
     wait_until(lambda: kubelet.manager.allocatable() == {DONGLE: 0}, timeout=1.0)
     assert kubelet.manager.capacity() == {DONGLE: 2}
