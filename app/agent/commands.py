@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from app.agent.plugin_sockets import TapSpec
     from app.config import LogFormat
     from app.logs import configure_logging
+    from app.signals import wait_for_stop
 
     configure_logging(LogFormat(args.log_format), args.log_level)
     # One line per request at INFO would drown the agent's own log.
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         agent.start()
         try:
-            stop.wait()
+            wait_for_stop(stop)
         finally:
             agent.stop()
     finally:

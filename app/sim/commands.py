@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from app.signals import wait_for_stop
 from app.sim import ctl
 from app.sim.kubelet import SimKubelet
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
@@ -110,7 +111,7 @@ def _run_until_signal(start: Callable[[], None], stop: Callable[[], None]) -> in
         except (OSError, RuntimeError, ValueError) as e:
             log.error("start failed reason=%s", e)
             return 1
-        stop_requested.wait()
+        wait_for_stop(stop_requested)
         return 0
     finally:
         stop()

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from app.signals import wait_for_stop
 from app.sim.plugin import (
     DEFAULT_NODE_NAME,
     PROFILES,
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             log.error("event=sim_plugin_failed reason=%s", e)
             return 1
         driver.start()
-        stop_requested.wait()
+        wait_for_stop(stop_requested)
     finally:
         driver.stop()
         plugin.stop()
