@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
 
 IMMEDIATE = "devicedeck_immediate"
@@ -48,6 +49,20 @@ def create_db_engine(url: str, **kwargs: Any) -> Engine:
         kwargs.setdefault("max_overflow", 20)
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(url, **kwargs)
+
+
+def create_async_fast_path_engine(url: str) -> AsyncEngine | None:
+    """An async engine for the one statement an unchanged snapshot needs, run in the event
+    loop without a trip through the thread pool; None where the database has no async driver
+    here (SQLite).
+
+    Autocommit, because that statement is a transaction of its own. No liveness check before
+    each use: that would double the round trips, and a caller that meets a dropped
+    connection takes the synchronous path, which has the check.
+    """
+    if make_url(url).get_backend_name() != "postgresql":
+        return None
+    return create_async_engine(url, pool_size=10, max_overflow=10, isolation_level="AUTOCOMMIT")
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -15,11 +15,17 @@ from app import __version__
 from app.api import ingest, inventory, kube, service, tokens
 from app.api.deps import reject_nul_parameters
 from app.api.errors import install_error_handlers
+from app.api.ingest import RecentContent
 from app.api.limits import BodyLimitMiddleware
 from app.auth import TokenCache
 from app.clock import utcnow
 from app.config import AuthMode, Settings
-from app.db import create_db_engine, make_session_factory, write_session
+from app.db import (
+    create_async_fast_path_engine,
+    create_db_engine,
+    make_session_factory,
+    write_session,
+)
 from app.inventory.queries import Clock, devices_by_resource_and_health
 from app.inventory.staleness import mark_stale_nodes
 from app.metrics import ServiceMetrics
@@ -41,6 +47,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = create_db_engine(settings.database_url)
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
+        fast_path_engine = create_async_fast_path_engine(settings.database_url)
+        app.state.fast_path_engine = fast_path_engine
+        app.state.recent_content = RecentContent()
         metrics = ServiceMetrics()
         metrics.watch_inventory(
             app.state.session_factory,
@@ -61,6 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await background.stop()
+            if fast_path_engine is not None:
+                await fast_path_engine.dispose()
             engine.dispose()
 
     app = FastAPI(

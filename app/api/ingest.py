@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import Ingester
@@ -20,6 +22,12 @@ from app.inventory.ingest import (
     IngestResult,
     apply_listandwatch_snapshot,
     apply_podresources_snapshot,
+)
+from app.inventory.nodes import (
+    PODRESOURCES_STREAM,
+    listandwatch_stream,
+    record_unchanged_snapshot_async,
+    unchanged_check,
 )
 from app.inventory.schemas import (
     ListAndWatchSnapshot,
@@ -102,15 +110,38 @@ PODRESOURCES_EXAMPLE = {
 }
 
 
-def _apply(
+class RecentContent:
+    """The content hash this process last stored for each stream: a hint of whether the next
+    snapshot is likely unchanged, and so worth the fast path in the event loop. A changed
+    snapshot goes straight to the worker thread, which checks for itself; a wrong hint (after a
+    restart, or when another replica took the last snapshot) costs time, never correctness."""
+
+    MAX_ENTRIES = 100_000
+
+    def __init__(self) -> None:
+        self._hashes: dict[tuple[str, str], str] = {}
+
+    def matches(self, node: str, stream: str, content_hash: str) -> bool:
+        return self._hashes.get((node, stream)) == content_hash
+
+    def remember(self, node: str, stream: str, content_hash: str) -> None:
+        if len(self._hashes) >= self.MAX_ENTRIES:
+            self._hashes.clear()
+        self._hashes[(node, stream)] = content_hash
+
+
+async def _ingest(
     request: Request,
     kind: str,
+    stream: str,
     apply: Callable[..., IngestResult],
-    snapshot: Any,
+    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
     actor: str,
 ) -> IngestResponse:
-    """Runs in a worker thread. The routes that call it are async so that FastAPI serialises
-    the small response in the event loop, not with a second trip through the thread pool."""
+    """Try the unchanged-snapshot fast path in the event loop where the database allows it
+    (PostgreSQL) and the content looks unchanged, else the full path in one trip through the
+    thread pool. The route is async so that FastAPI also serialises the small response in the
+    event loop."""
     metrics: ServiceMetrics = request.app.state.metrics
     settings: Settings = request.app.state.settings
     started = time.perf_counter()
@@ -120,15 +151,55 @@ def _apply(
             max_devices=settings.max_devices_per_snapshot,
             max_pods=settings.max_pods_per_snapshot,
         )
-        with write_session(request.app.state.session_factory) as session:
-            result = apply(session, snapshot, now=utcnow(), actor=actor)
     except DomainError:
         metrics.ingest_total.labels(kind, "refused").inc()
         raise
+    fast_path: AsyncEngine | None = getattr(request.app.state, "fast_path_engine", None)
+    recent: RecentContent = request.app.state.recent_content
+    content_hash = snapshot.content_hash()
+    unchanged, tried = False, False
+    if fast_path is not None and recent.matches(snapshot.node, stream, content_hash):
+        try:
+            check = unchanged_check(
+                snapshot, stream=stream, content_hash=content_hash, now=utcnow()
+            )
+            unchanged = await record_unchanged_snapshot_async(fast_path, check)
+            tried = True
+        except DBAPIError as e:
+            # A pooled connection the server dropped: nothing was changed, and the full path
+            # checks its connection before use.
+            if not e.connection_invalidated:
+                raise
+    if unchanged:
+        result = IngestResult()
+    else:
+        result = await run_in_threadpool(
+            _apply_in_thread, request, kind, apply, snapshot, actor, tried
+        )
+    recent.remember(snapshot.node, stream, content_hash)
     metrics.ingest_seconds.labels(kind).observe(time.perf_counter() - started)
     outcome = "duplicate" if result.duplicate else "changed" if result.changed else "unchanged"
     metrics.ingest_total.labels(kind, outcome).inc()
     return IngestResponse(**result.as_dict())
+
+
+def _apply_in_thread(
+    request: Request,
+    kind: str,
+    apply: Callable[..., IngestResult],
+    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
+    actor: str,
+    fast_path_tried: bool,
+) -> IngestResult:
+    try:
+        with write_session(request.app.state.session_factory) as session:
+            return apply(
+                session, snapshot, now=utcnow(), actor=actor, fast_path_tried=fast_path_tried
+            )
+    except DomainError:
+        metrics: ServiceMetrics = request.app.state.metrics
+        metrics.ingest_total.labels(kind, "refused").inc()
+        raise
 
 
 @router.post(
@@ -146,13 +217,9 @@ async def ingest_listandwatch(
         ),
     ],
 ) -> IngestResponse:
-    return await run_in_threadpool(
-        _apply,
-        request,
-        "listandwatch",
-        apply_listandwatch_snapshot,
-        snapshot,
-        principal.name,
+    stream = listandwatch_stream(snapshot.resource)
+    return await _ingest(
+        request, "listandwatch", stream, apply_listandwatch_snapshot, snapshot, principal.name
     )
 
 
@@ -173,10 +240,10 @@ async def ingest_podresources(
         ),
     ],
 ) -> IngestResponse:
-    return await run_in_threadpool(
-        _apply,
+    return await _ingest(
         request,
         "podresources",
+        PODRESOURCES_STREAM,
         apply_podresources_snapshot,
         snapshot,
         principal.name,

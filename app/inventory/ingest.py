@@ -35,6 +35,7 @@ from app.inventory.nodes import (
     mark_node_seen,
     record_receipt,
     record_unchanged_snapshot,
+    unchanged_check,
 )
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
 
@@ -69,7 +70,12 @@ def kubelet_health(raw: str) -> str:
 
 
 def apply_listandwatch_snapshot(
-    session: Session, snapshot: ListAndWatchSnapshot, *, now: datetime, actor: str
+    session: Session,
+    snapshot: ListAndWatchSnapshot,
+    *,
+    now: datetime,
+    actor: str,
+    fast_path_tried: bool = False,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         _replace_device_list(session, node_id, snapshot, now, log)
@@ -77,7 +83,9 @@ def apply_listandwatch_snapshot(
             _record_plugin(session, node_id, snapshot, now, log)
 
     stream = listandwatch_stream(snapshot.resource)
-    return _apply_stream(session, snapshot, stream, replace, now=now, actor=actor)
+    return _apply_stream(
+        session, snapshot, stream, replace, now=now, actor=actor, fast_path_tried=fast_path_tried
+    )
 
 
 def _apply_stream(
@@ -88,19 +96,14 @@ def _apply_stream(
     *,
     now: datetime,
     actor: str,
+    fast_path_tried: bool,
 ) -> IngestResult:
     """The ordering and idempotency rules every stream shares; `replace` changes what the
-    stream owns, and runs only when the content differs from the last applied."""
+    stream owns, and runs only when the content differs from the last applied.
+    `fast_path_tried` skips the unchanged-snapshot check when the caller already made it."""
     content_hash = snapshot.content_hash()
-    if record_unchanged_snapshot(
-        session,
-        node_name=snapshot.node,
-        stream=stream,
-        source=snapshot.source,
-        content_hash=content_hash,
-        observed_at=snapshot.observed_at,
-        now=now,
-    ):
+    check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=now)
+    if not fast_path_tried and record_unchanged_snapshot(session, check):
         return IngestResult()
     log = EventLog(at=now, actor=actor)
     node = lock_node(session, snapshot.node, now, log)
@@ -273,7 +276,12 @@ ClaimKey = tuple[str, str, str, str, str, str, str, str, str | None]
 
 
 def apply_podresources_snapshot(
-    session: Session, snapshot: PodResourcesSnapshot, *, now: datetime, actor: str
+    session: Session,
+    snapshot: PodResourcesSnapshot,
+    *,
+    now: datetime,
+    actor: str,
+    fast_path_tried: bool = False,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         wanted, numa_hints, uids = _wanted_allocations(snapshot)
@@ -286,7 +294,15 @@ def apply_podresources_snapshot(
         if allocatable is not None:
             _replace_allocatable(session, node_id, allocatable, now)
 
-    return _apply_stream(session, snapshot, PODRESOURCES_STREAM, replace, now=now, actor=actor)
+    return _apply_stream(
+        session,
+        snapshot,
+        PODRESOURCES_STREAM,
+        replace,
+        now=now,
+        actor=actor,
+        fast_path_tried=fast_path_tried,
+    )
 
 
 def _wanted_allocations(

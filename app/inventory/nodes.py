@@ -12,12 +12,13 @@ from typing import Any, cast
 
 from sqlalchemy import CursorResult, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from app.inventory.errors import ConflictingRepeat, Problem, StaleSnapshot
 from app.inventory.events import EventLog
 from app.inventory.models import IngestReceipt, Node, table_of
-from app.inventory.schemas import Source
+from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot, Source
 
 _LOCK_NODE = select(Node).where(Node.name == bindparam("name")).with_for_update()
 
@@ -164,51 +165,75 @@ _ADVANCE_UNCHANGED_RECEIPT = (
     .where(_receipts.c.node_id == bindparam("for_node"), *_RECEIPT_IS_UNCHANGED_BEFORE)
     .values(_RECEIPT_ADVANCED)
 )
-# PostgreSQL does both in one round trip: the CTE updates (and locks) the node row first,
-# and the receipt is advanced only when it joins with a fresh node.
-_FRESH_NODE = _TOUCH_FRESH_NODE.cte("fresh_node")
-_ADVANCE_UNCHANGED_IN_ONE = (
+# PostgreSQL does it all in one statement, which changes nothing unless the snapshot is
+# unchanged, so it is safe outside an explicit transaction: lock the fresh node row first (as
+# the full path would), advance the receipt if it matches, then touch the node.
+_LOCKED_FRESH_NODE = (
+    select(_nodes.c.id)
+    .where(_nodes.c.name == bindparam("node_name"), _nodes.c.stale_since.is_(None))
+    .with_for_update()
+    .cte("fresh_node")
+)
+_ADVANCED_RECEIPT = (
     update(_receipts)
-    .where(_receipts.c.node_id == _FRESH_NODE.c.id, *_RECEIPT_IS_UNCHANGED_BEFORE)
+    .where(_receipts.c.node_id == _LOCKED_FRESH_NODE.c.id, *_RECEIPT_IS_UNCHANGED_BEFORE)
     .values(_RECEIPT_ADVANCED)
-    .returning(_receipts.c.id)
+    .returning(_receipts.c.node_id)
+    .cte("advanced_receipt")
+)
+_ADVANCE_UNCHANGED_IN_ONE = (
+    update(_nodes)
+    .where(_nodes.c.id == _ADVANCED_RECEIPT.c.node_id)
+    .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type))
+    .returning(_nodes.c.id)
 )
 
 
-def record_unchanged_snapshot(
-    session: Session,
+# Bind parameters of the unchanged-snapshot statements for one snapshot.
+UnchangedCheck = dict[str, Any]
+
+
+def unchanged_check(
+    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
     *,
-    node_name: str,
     stream: str,
-    source: Source,
     content_hash: str,
-    observed_at: datetime,
     now: datetime,
-) -> bool:
+) -> UnchangedCheck:
+    return {
+        "node_name": snapshot.node,
+        "for_stream": stream,
+        "for_boot": snapshot.source.boot_id,
+        "new_seq": snapshot.source.seq,
+        "same_hash": content_hash,
+        "observed": snapshot.observed_at,
+        "now": now,
+    }
+
+
+def record_unchanged_snapshot(session: Session, check: UnchangedCheck) -> bool:
     """The common case, in one statement on PostgreSQL and two on SQLite: a newer seq whose
     content equals the last applied.
 
     Touches only the node's last-seen time and the stream's receipt. Returns False, having
     changed nothing that matters, when the snapshot needs the full path (new node, stale node,
-    other content, other boot, older or repeated seq). The first UPDATE also takes the node's
-    row lock, as the full path would.
+    other content, other boot, older or repeated seq). The first statement also takes the
+    node's row lock, as the full path would.
     """
-    params: dict[str, Any] = {
-        "node_name": node_name,
-        "for_stream": stream,
-        "for_boot": source.boot_id,
-        "new_seq": source.seq,
-        "same_hash": content_hash,
-        "observed": observed_at,
-        "now": now,
-    }
     if session.get_bind().dialect.name == "postgresql":
-        return session.execute(_ADVANCE_UNCHANGED_IN_ONE, params).first() is not None
-    node_id = session.execute(_TOUCH_FRESH_NODE, params).scalar_one_or_none()
+        return session.execute(_ADVANCE_UNCHANGED_IN_ONE, check).first() is not None
+    node_id = session.execute(_TOUCH_FRESH_NODE, check).scalar_one_or_none()
     if node_id is None:
         return False
     touched = cast(
         CursorResult[Any],
-        session.execute(_ADVANCE_UNCHANGED_RECEIPT, {**params, "for_node": node_id}),
+        session.execute(_ADVANCE_UNCHANGED_RECEIPT, {**check, "for_node": node_id}),
     )
     return touched.rowcount == 1
+
+
+async def record_unchanged_snapshot_async(engine: AsyncEngine, check: UnchangedCheck) -> bool:
+    """`record_unchanged_snapshot` for PostgreSQL on an autocommit async engine: the single
+    statement is its own transaction, and changes nothing when it returns False."""
+    async with engine.connect() as connection:
+        return (await connection.execute(_ADVANCE_UNCHANGED_IN_ONE, check)).first() is not None

@@ -238,12 +238,19 @@ def quiet_api(settings: Settings, auth: dict[str, str]) -> Iterator[Api]:
 
 @pytest.fixture
 def statements(quiet_api: Api) -> Iterator[StatementCounter]:
-    """Counts the statements quiet_api's app sends."""
-    engine: Engine = quiet_api.client.app.state.engine  # type: ignore[attr-defined]
+    """Counts the statements quiet_api's app sends, on its engine and, on PostgreSQL, on the
+    async engine of the unchanged-snapshot fast path."""
+    state = quiet_api.client.app.state  # type: ignore[attr-defined]
+    engine: Engine = state.engine
+    engines = [engine]
+    if state.fast_path_engine is not None:
+        engines.append(state.fast_path_engine.sync_engine)
     counter = StatementCounter(engine)
-    event.listen(engine, "before_cursor_execute", counter._on_execute)
+    for watched in engines:
+        event.listen(watched, "before_cursor_execute", counter._on_execute)
     yield counter
-    event.remove(engine, "before_cursor_execute", counter._on_execute)
+    for watched in engines:
+        event.remove(watched, "before_cursor_execute", counter._on_execute)
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "it") -> None:

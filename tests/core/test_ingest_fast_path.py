@@ -1,0 +1,49 @@
+"""PostgreSQL's unchanged-snapshot fast path, which runs in the event loop on its own engine."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from .conftest import Api, dev, listandwatch
+
+pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+
+
+def drop_every_other_connection(database_url: str) -> int:
+    """What a database restart or an idle timeout does to the service's pooled connections."""
+    url = make_url(database_url)
+    with psycopg.connect(
+        host=url.host, port=url.port, user=url.username, dbname=url.database, autocommit=True
+    ) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+def test_unchanged_snapshots_survive_dropped_connections(quiet_api: Api, database_url: str) -> None:
+    api = quiet_api
+    devices = [dev("gpu-0"), dev("gpu-1")]
+    api.ingest_listandwatch(listandwatch("node-a", devices, 1))
+    assert api.ingest_listandwatch(listandwatch("node-a", devices, 2))["changed"] is False
+    assert drop_every_other_connection(database_url) >= 1
+
+    assert api.ingest_listandwatch(listandwatch("node-a", devices, 3))["changed"] is False
+    assert api.ingest_listandwatch(listandwatch("node-a", devices, 4))["changed"] is False
+    # seq 4 was recorded: sending it again is a repeat, an older one is refused.
+    assert api.ingest_listandwatch(listandwatch("node-a", devices, 4))["duplicate"] is True
+    api.ingest_listandwatch(listandwatch("node-a", devices, 3), expect=409)
+
+
+def test_a_refused_snapshot_does_not_touch_the_node(api: Api) -> None:
+    """The fast path runs outside the full path's transaction: when it does not apply, it must
+    have changed nothing, not even the node's last-seen time."""
+    devices = [dev("gpu-0")]
+    api.ingest_listandwatch(listandwatch("node-a", devices, 5))
+    seen = api.get("/api/v1/nodes/node-a")["last_seen"]
+    api.ingest_listandwatch(listandwatch("node-a", devices, 4), expect=409)
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-9")], 5), expect=409)
+    assert api.get("/api/v1/nodes/node-a")["last_seen"] == seen
