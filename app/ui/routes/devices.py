@@ -9,14 +9,14 @@ from fastapi.responses import HTMLResponse, Response
 
 from app.api.deps import QueryClock, ReadSession
 from app.inventory.dashboard import resource_names
-from app.inventory.errors import InvalidInput, NotFound
+from app.inventory.errors import NotFound
 from app.inventory.history import EventFilters, list_events
 from app.inventory.queries import DeviceFilters, get_device, list_devices
 from app.ui.access import Viewer
-from app.ui.forms import RESOURCE_MAX, Form, problems_of
+from app.ui.forms import RESOURCE_MAX, Form
+from app.ui.lists import list_view, run_list_query
 from app.ui.render import View, render_error, respond
 from app.ui.svg import timeline
-from app.ui.templating import query_url
 
 router = APIRouter(include_in_schema=False)
 
@@ -46,35 +46,23 @@ def devices(request: Request, viewer: Viewer, session: ReadSession, clock: Query
     limit = form.page_size()
     cursor = form.cursor()
     state = form.state(*FILTERS, "sort", "limit")
-    page = None
-    problems = form.problem_dicts()
-    if form.ok:
-        try:
-            page = list_devices(session, filters, clock, sort=sort, cursor=cursor, limit=limit)
-        except InvalidInput as e:
-            problems = problems_of(e)
-    context: dict[str, Any] = {
-        "page": page,
-        "state": state,
-        "problems": problems,
-        "resources": resource_names(session),
-        "sort": sort,
-        "cursor": cursor,
-        "filtered": any(state[name] for name in FILTERS),
-    }
-    return respond(
-        request,
-        viewer,
-        View(
-            "devices.html",
-            context,
-            title="Devices",
-            nav="devices",
-            regions=("device-results",),
-            canonical=query_url("/devices", state, cursor=cursor),
-            status=422 if problems else 200,
-        ),
+    page, problems = run_list_query(
+        form, lambda: list_devices(session, filters, clock, sort=sort, cursor=cursor, limit=limit)
     )
+    view = list_view(
+        template="devices.html",
+        path="/devices",
+        title="Devices",
+        region="device-results",
+        page=page,
+        problems=problems,
+        state=state,
+        cursor=cursor,
+        resources=resource_names(session),
+        sort=sort,
+        filtered=any(state[name] for name in FILTERS),
+    )
+    return respond(request, viewer, view)
 
 
 @router.get("/devices/{device_id}", response_class=HTMLResponse)

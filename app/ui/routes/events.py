@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.api.deps import ReadSession
-from app.inventory.errors import InvalidInput
 from app.inventory.events import EVENT_KINDS
 from app.inventory.history import EventFilters, list_events
 from app.ui.access import Viewer
-from app.ui.forms import RESOURCE_MAX, Form, problems_of
-from app.ui.render import View, respond
-from app.ui.templating import query_url
+from app.ui.forms import RESOURCE_MAX, Form
+from app.ui.lists import list_view, run_list_query
+from app.ui.render import respond
 
 router = APIRouter(include_in_schema=False)
 
@@ -36,31 +33,19 @@ def events(request: Request, viewer: Viewer, session: ReadSession) -> Response:
     limit = form.page_size()
     cursor = form.cursor()
     state = form.state(*FILTERS, "limit")
-    problems = form.problem_dicts()
-    page = None
-    if form.ok:
-        try:
-            page = list_events(session, filters, cursor=cursor, limit=limit)
-        except InvalidInput as e:
-            problems = problems_of(e)
-    context: dict[str, Any] = {
-        "page": page,
-        "state": state,
-        "problems": problems,
-        "kinds": EVENT_KINDS,
-        "cursor": cursor,
-        "filtered": any(state[name] for name in FILTERS),
-    }
-    return respond(
-        request,
-        viewer,
-        View(
-            "events.html",
-            context,
-            title="Events",
-            nav="events",
-            regions=("event-results",),
-            canonical=query_url("/events", state, cursor=cursor),
-            status=422 if problems else 200,
-        ),
+    page, problems = run_list_query(
+        form, lambda: list_events(session, filters, cursor=cursor, limit=limit)
     )
+    view = list_view(
+        template="events.html",
+        path="/events",
+        title="Events",
+        region="event-results",
+        page=page,
+        problems=problems,
+        state=state,
+        cursor=cursor,
+        kinds=EVENT_KINDS,
+        filtered=any(state[name] for name in FILTERS),
+    )
+    return respond(request, viewer, view)

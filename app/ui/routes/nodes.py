@@ -14,13 +14,13 @@ from app.inventory.dashboard import (
     group_devices_by_resource_and_numa,
     resource_names,
 )
-from app.inventory.errors import InvalidInput, NotFound
+from app.inventory.errors import NotFound
 from app.inventory.history import EventFilters, list_events
 from app.inventory.queries import NodeFilters, get_node, list_nodes
 from app.ui.access import Viewer
-from app.ui.forms import RESOURCE_MAX, Form, problems_of
+from app.ui.forms import RESOURCE_MAX, Form
+from app.ui.lists import list_view, run_list_query
 from app.ui.render import View, render_error, respond
-from app.ui.templating import query_url
 
 router = APIRouter(include_in_schema=False)
 
@@ -39,41 +39,24 @@ def nodes(request: Request, viewer: Viewer, session: ReadSession, clock: QueryCl
     limit = form.page_size()
     cursor = form.cursor()
     state = form.state("q", "stale", "resource", "sort", "limit")
-    page = None
-    problems = form.problem_dicts()
-    if form.ok:
-        try:
-            page = list_nodes(
-                session,
-                NodeFilters(q=q, stale=stale, resource=resource),
-                clock,
-                sort=sort,
-                cursor=cursor,
-                limit=limit,
-            )
-        except InvalidInput as e:
-            problems = problems_of(e)
-    context: dict[str, Any] = {
-        "page": page,
-        "state": state,
-        "problems": problems,
-        "resources": resource_names(session),
-        "sort": sort,
-        "cursor": cursor,
-    }
-    return respond(
-        request,
-        viewer,
-        View(
-            "nodes.html",
-            context,
-            title="Nodes",
-            nav="nodes",
-            regions=("node-results",),
-            canonical=query_url("/nodes", state, cursor=cursor),
-            status=422 if problems else 200,
-        ),
+    filters = NodeFilters(q=q, stale=stale, resource=resource)
+    page, problems = run_list_query(
+        form,
+        lambda: list_nodes(session, filters, clock, sort=sort, cursor=cursor, limit=limit),
     )
+    view = list_view(
+        template="nodes.html",
+        path="/nodes",
+        title="Nodes",
+        region="node-results",
+        page=page,
+        problems=problems,
+        state=state,
+        cursor=cursor,
+        resources=resource_names(session),
+        sort=sort,
+    )
+    return respond(request, viewer, view)
 
 
 @router.get("/nodes/{name}", response_class=HTMLResponse)

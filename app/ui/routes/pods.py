@@ -9,12 +9,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.api.deps import QueryClock, ReadSession
-from app.inventory.errors import InvalidInput
 from app.inventory.pods import PodFilters, list_pods
 from app.ui.access import Viewer
-from app.ui.forms import Form, problems_of
-from app.ui.render import View, respond
-from app.ui.templating import query_url
+from app.ui.forms import Form
+from app.ui.lists import list_view, run_list_query
+from app.ui.render import respond
 
 router = APIRouter(include_in_schema=False)
 
@@ -28,36 +27,22 @@ def pods(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClo
     limit = form.page_size()
     cursor = form.cursor()
     state = form.state("namespace", "node", "q", "limit")
-    problems = form.problem_dicts()
-    namespaces: list[dict[str, Any]] = []
-    page = None
-    if form.ok:
-        try:
-            page = list_pods(session, filters, clock, cursor=cursor, limit=limit)
-        except InvalidInput as e:
-            problems = problems_of(e)
-        else:
-            namespaces = [
-                {"name": name, "pods": list(members)}
-                for name, members in groupby(page.items, key=lambda pod: pod["namespace"])
-            ]
-    context: dict[str, Any] = {
-        "page": page,
-        "namespaces": namespaces,
-        "state": state,
-        "problems": problems,
-        "cursor": cursor,
-    }
-    return respond(
-        request,
-        viewer,
-        View(
-            "pods.html",
-            context,
-            title="Pods",
-            nav="pods",
-            regions=("pod-results",),
-            canonical=query_url("/pods", state, cursor=cursor),
-            status=422 if problems else 200,
-        ),
+    page, problems = run_list_query(
+        form, lambda: list_pods(session, filters, clock, cursor=cursor, limit=limit)
     )
+    namespaces: list[dict[str, Any]] = [
+        {"name": name, "pods": list(members)}
+        for name, members in groupby(page.items if page else [], key=lambda p: p["namespace"])
+    ]
+    view = list_view(
+        template="pods.html",
+        path="/pods",
+        title="Pods",
+        region="pod-results",
+        page=page,
+        problems=problems,
+        state=state,
+        cursor=cursor,
+        namespaces=namespaces,
+    )
+    return respond(request, viewer, view)
