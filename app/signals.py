@@ -1,8 +1,33 @@
-"""Waiting in the main thread for a stop that a signal handler requests."""
+"""Running a process until SIGTERM or SIGINT asks it to stop."""
 
 from __future__ import annotations
 
+import logging
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event that SIGTERM or SIGINT sets while the block runs; the previous handlers come
+    back afterwards."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("event=signal signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def wait_for_stop(stop: threading.Event) -> None:

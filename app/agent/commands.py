@@ -12,10 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -116,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from app.agent.plugin_sockets import TapSpec
     from app.config import LogFormat
     from app.logs import configure_logging
-    from app.signals import wait_for_stop
+    from app.signals import stop_on_signals, wait_for_stop
 
     configure_logging(LogFormat(args.log_format), args.log_level)
     # One line per request at INFO would drown the agent's own log.
@@ -150,14 +147,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_address,
         metrics_port=args.metrics_port,
     )
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        log.info("event=signal signal=%s", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_on_signals() as stop:
         try:
             agent = Agent(config)
         except OSError as e:
@@ -168,7 +158,4 @@ def run(args: argparse.Namespace) -> int:
             wait_for_stop(stop)
         finally:
             agent.stop()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     return 0

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from app.signals import wait_for_stop
+from app.signals import stop_on_signals, wait_for_stop
 from app.sim import ctl
 from app.sim.kubelet import SimKubelet
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
@@ -98,25 +95,17 @@ def _configure_logging(level: str) -> None:
 
 
 def _run_until_signal(start: Callable[[], None], stop: Callable[[], None]) -> int:
-    stop_requested = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        log.info("signal received signal=%s", signal.Signals(signum).name)
-        stop_requested.set()
-
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_on_signals() as stop_requested:
         try:
-            start()
-        except (OSError, RuntimeError, ValueError) as e:
-            log.error("start failed reason=%s", e)
-            return 1
-        wait_for_stop(stop_requested)
-        return 0
-    finally:
-        stop()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            try:
+                start()
+            except (OSError, RuntimeError, ValueError) as e:
+                log.error("start failed reason=%s", e)
+                return 1
+            wait_for_stop(stop_requested)
+            return 0
+        finally:
+            stop()
 
 
 def run_kubelet(args: argparse.Namespace) -> int:

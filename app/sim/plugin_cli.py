@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from app.signals import wait_for_stop
+from app.signals import stop_on_signals, wait_for_stop
 from app.sim.plugin import (
     DEFAULT_NODE_NAME,
     PROFILES,
@@ -97,24 +94,16 @@ def run(args: argparse.Namespace) -> int:
         log.error("event=sim_plugin_invalid reason=%s", e)
         return 2
 
-    stop_requested = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        log.info("event=signal signal=%s", signal.Signals(signum).name)
-        stop_requested.set()
-
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_on_signals() as stop_requested:
         try:
-            plugin.start()
-        except (OSError, RuntimeError) as e:
-            log.error("event=sim_plugin_failed reason=%s", e)
-            return 1
-        driver.start()
-        wait_for_stop(stop_requested)
-    finally:
-        driver.stop()
-        plugin.stop()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            try:
+                plugin.start()
+            except (OSError, RuntimeError) as e:
+                log.error("event=sim_plugin_failed reason=%s", e)
+                return 1
+            driver.start()
+            wait_for_stop(stop_requested)
+        finally:
+            driver.stop()
+            plugin.stop()
     return 0
