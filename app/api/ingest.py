@@ -144,6 +144,7 @@ async def _ingest(
     event loop."""
     metrics: ServiceMetrics = request.app.state.metrics
     settings: Settings = request.app.state.settings
+    recent: RecentContent = request.app.state.recent_content
     started = time.perf_counter()
     try:
         check_snapshot_size(
@@ -151,31 +152,19 @@ async def _ingest(
             max_devices=settings.max_devices_per_snapshot,
             max_pods=settings.max_pods_per_snapshot,
         )
+        content_hash = snapshot.content_hash()
+        unchanged = None
+        if recent.matches(snapshot.node, stream, content_hash):
+            unchanged = await _unchanged_in_event_loop(request, snapshot, stream, content_hash)
+        if unchanged:
+            result = IngestResult()
+        else:
+            result = await run_in_threadpool(
+                _apply_in_thread, request, apply, snapshot, actor, content_hash, unchanged is False
+            )
     except DomainError:
         metrics.ingest_total.labels(kind, "refused").inc()
         raise
-    fast_path: AsyncEngine | None = getattr(request.app.state, "fast_path_engine", None)
-    recent: RecentContent = request.app.state.recent_content
-    content_hash = snapshot.content_hash()
-    unchanged, tried = False, False
-    if fast_path is not None and recent.matches(snapshot.node, stream, content_hash):
-        try:
-            check = unchanged_check(
-                snapshot, stream=stream, content_hash=content_hash, now=utcnow()
-            )
-            unchanged = await record_unchanged_snapshot_async(fast_path, check)
-            tried = True
-        except DBAPIError as e:
-            # A pooled connection the server dropped: nothing was changed, and the full path
-            # checks its connection before use.
-            if not e.connection_invalidated:
-                raise
-    if unchanged:
-        result = IngestResult()
-    else:
-        result = await run_in_threadpool(
-            _apply_in_thread, request, kind, apply, snapshot, actor, tried
-        )
     recent.remember(snapshot.node, stream, content_hash)
     metrics.ingest_seconds.labels(kind).observe(time.perf_counter() - started)
     outcome = "duplicate" if result.duplicate else "changed" if result.changed else "unchanged"
@@ -183,23 +172,44 @@ async def _ingest(
     return IngestResponse(**result.as_dict())
 
 
+async def _unchanged_in_event_loop(
+    request: Request,
+    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
+    stream: str,
+    content_hash: str,
+) -> bool | None:
+    """Whether the fast path recorded the snapshot as unchanged; None when it could not run
+    (SQLite, or a pooled connection the server dropped: nothing was changed, and the full path
+    checks its connection before use)."""
+    engine: AsyncEngine | None = request.app.state.fast_path_engine
+    if engine is None:
+        return None
+    check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=utcnow())
+    try:
+        return await record_unchanged_snapshot_async(engine, check)
+    except DBAPIError as e:
+        if e.connection_invalidated:
+            return None
+        raise
+
+
 def _apply_in_thread(
     request: Request,
-    kind: str,
     apply: Callable[..., IngestResult],
     snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
     actor: str,
-    fast_path_tried: bool,
+    content_hash: str,
+    unchanged_checked: bool,
 ) -> IngestResult:
-    try:
-        with write_session(request.app.state.session_factory) as session:
-            return apply(
-                session, snapshot, now=utcnow(), actor=actor, fast_path_tried=fast_path_tried
-            )
-    except DomainError:
-        metrics: ServiceMetrics = request.app.state.metrics
-        metrics.ingest_total.labels(kind, "refused").inc()
-        raise
+    with write_session(request.app.state.session_factory) as session:
+        return apply(
+            session,
+            snapshot,
+            now=utcnow(),
+            actor=actor,
+            content_hash=content_hash,
+            unchanged_checked=unchanged_checked,
+        )
 
 
 @router.post(

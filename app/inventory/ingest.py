@@ -75,7 +75,8 @@ def apply_listandwatch_snapshot(
     *,
     now: datetime,
     actor: str,
-    fast_path_tried: bool = False,
+    content_hash: str | None = None,
+    unchanged_checked: bool = False,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         _replace_device_list(session, node_id, snapshot, now, log)
@@ -84,7 +85,14 @@ def apply_listandwatch_snapshot(
 
     stream = listandwatch_stream(snapshot.resource)
     return _apply_stream(
-        session, snapshot, stream, replace, now=now, actor=actor, fast_path_tried=fast_path_tried
+        session,
+        snapshot,
+        stream,
+        replace,
+        now=now,
+        actor=actor,
+        content_hash=content_hash,
+        unchanged_checked=unchanged_checked,
     )
 
 
@@ -96,15 +104,19 @@ def _apply_stream(
     *,
     now: datetime,
     actor: str,
-    fast_path_tried: bool,
+    content_hash: str | None,
+    unchanged_checked: bool,
 ) -> IngestResult:
     """The ordering and idempotency rules every stream shares; `replace` changes what the
     stream owns, and runs only when the content differs from the last applied.
-    `fast_path_tried` skips the unchanged-snapshot check when the caller already made it."""
-    content_hash = snapshot.content_hash()
-    check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=now)
-    if not fast_path_tried and record_unchanged_snapshot(session, check):
-        return IngestResult()
+
+    A caller that has computed the content hash passes it; one that has already found the
+    snapshot is not unchanged (the event-loop fast path) says so, and the check is skipped."""
+    content_hash = content_hash or snapshot.content_hash()
+    if not unchanged_checked:
+        check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=now)
+        if record_unchanged_snapshot(session, check):
+            return IngestResult()
     log = EventLog(at=now, actor=actor)
     node = lock_node(session, snapshot.node, now, log)
     receipt = find_receipt(session, node.id, stream)
@@ -281,7 +293,8 @@ def apply_podresources_snapshot(
     *,
     now: datetime,
     actor: str,
-    fast_path_tried: bool = False,
+    content_hash: str | None = None,
+    unchanged_checked: bool = False,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         wanted, numa_hints, uids = _wanted_allocations(snapshot)
@@ -301,7 +314,8 @@ def apply_podresources_snapshot(
         replace,
         now=now,
         actor=actor,
-        fast_path_tried=fast_path_tried,
+        content_hash=content_hash,
+        unchanged_checked=unchanged_checked,
     )
 
 
