@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.inventory.errors import (
@@ -117,6 +118,23 @@ def install_error_handlers(app: FastAPI) -> None:
         code = HTTP_CODES.get(exc.status_code, "error")
         detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
         return error_response(exc.status_code, code, detail, headers=exc.headers)
+
+    @app.exception_handler(OperationalError)
+    async def _database_unavailable(request: Request, exc: OperationalError) -> JSONResponse:
+        # The database is down, restarting, or gave up on this transaction: nothing was
+        # changed, and the same request may well succeed when sent again.
+        log.warning(
+            "database error method=%s path=%s error=%s",
+            request.method,
+            request.url.path,
+            type(exc.orig).__name__,
+        )
+        return error_response(
+            503,
+            "unavailable",
+            "the database could not serve this request; nothing was changed, try again",
+            headers={"Retry-After": "1"},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -43,6 +43,29 @@ def test_readyz_is_503_when_the_database_is_unreachable(
         assert client.get("/livez").status_code == 200
 
 
+def test_api_is_503_not_500_when_the_database_is_unreachable(
+    settings: Settings, database_url: str, tmp_path: Any
+) -> None:
+    broken = settings.model_copy(update={"database_url": unreachable(database_url, tmp_path)})
+    app = create_app(broken)
+    app.state.background_starters.clear()
+    with TestClient(app) as client:
+        answers = [
+            # The token check itself needs the database.
+            client.get("/api/v1/nodes", headers={"Authorization": "Bearer ddk_whatever"}),
+            client.post(
+                "/api/v1/ingest/listandwatch",
+                json=listandwatch("node-a", [dev("gpu-0")], 1),
+                headers={"Authorization": "Bearer ddk_whatever"},
+            ),
+        ]
+    for response in answers:
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "1"
+        error = response.json()["error"]
+        assert error["code"] == "unavailable" and "database" in error["message"]
+
+
 def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     samples = {}
     for family in text_string_to_metric_families(text):
