@@ -18,7 +18,11 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
 IMMEDIATE = "devicedeck_immediate"
@@ -51,18 +55,37 @@ def create_db_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, **kwargs)
 
 
-def create_async_fast_path_engine(url: str) -> AsyncEngine | None:
-    """An async engine for the one statement an unchanged snapshot needs, run in the event
-    loop without a trip through the thread pool; None where the database has no async driver
-    here (SQLite).
+class EventLoopDatabase:
+    """PostgreSQL through its async driver, for ingest work small enough to run in the event
+    loop: one Python thread does it all, where worker threads would hand the GIL back and forth
+    at every database round trip.
 
-    Autocommit, because that statement is a transaction of its own. No liveness check before
-    each use: that would double the round trips, and a caller that meets a dropped
-    connection takes the synchronous path, which has the check.
+    `autocommit` serves the one-statement unchanged-snapshot check, a transaction of its own;
+    `sessions` serves the full path, one transaction per snapshot. Neither pings a pooled
+    connection before use, which would add a round trip to every snapshot: a caller that meets
+    a dropped connection takes the synchronous path, whose engine checks first.
     """
+
+    def __init__(self, url: str) -> None:
+        self.autocommit = create_async_engine(
+            url, pool_size=10, max_overflow=10, isolation_level="AUTOCOMMIT"
+        )
+        self.transactional = create_async_engine(url, pool_size=10, max_overflow=10)
+        self.sessions = async_sessionmaker(self.transactional, expire_on_commit=False)
+
+    def engines(self) -> list[AsyncEngine]:
+        return [self.autocommit, self.transactional]
+
+    async def dispose(self) -> None:
+        for engine in self.engines():
+            await engine.dispose()
+
+
+def create_event_loop_database(url: str) -> EventLoopDatabase | None:
+    """None where the database has no async driver here (SQLite)."""
     if make_url(url).get_backend_name() != "postgresql":
         return None
-    return create_async_engine(url, pool_size=10, max_overflow=10, isolation_level="AUTOCOMMIT")
+    return EventLoopDatabase(url)
 
 
 def _configure_sqlite(engine: Engine) -> None:

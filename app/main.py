@@ -21,8 +21,8 @@ from app.auth import TokenCache
 from app.clock import utcnow
 from app.config import AuthMode, Settings
 from app.db import (
-    create_async_fast_path_engine,
     create_db_engine,
+    create_event_loop_database,
     make_session_factory,
     write_session,
 )
@@ -47,8 +47,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = create_db_engine(settings.database_url)
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
-        fast_path_engine = create_async_fast_path_engine(settings.database_url)
-        app.state.fast_path_engine = fast_path_engine
+        event_loop_database = create_event_loop_database(settings.database_url)
+        app.state.event_loop_database = event_loop_database
         app.state.recent_content = RecentContent()
         metrics = ServiceMetrics()
         metrics.watch_inventory(
@@ -70,8 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await background.stop()
-            if fast_path_engine is not None:
-                await fast_path_engine.dispose()
+            if event_loop_database is not None:
+                await event_loop_database.dispose()
             engine.dispose()
 
     app = FastAPI(

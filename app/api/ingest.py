@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -9,14 +10,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import Ingester
 from app.api.models import ErrorOut
 from app.clock import utcnow
 from app.config import Settings
-from app.db import write_session
+from app.db import EventLoopDatabase, write_session
 from app.inventory.errors import DomainError
 from app.inventory.ingest import (
     IngestResult,
@@ -112,22 +112,29 @@ PODRESOURCES_EXAMPLE = {
 
 class RecentContent:
     """The content hash this process last stored for each stream: a hint of whether the next
-    snapshot is likely unchanged, and so worth the fast path in the event loop. A changed
-    snapshot goes straight to the worker thread, which checks for itself; a wrong hint (after a
-    restart, or when another replica took the last snapshot) costs time, never correctness."""
+    snapshot is likely unchanged, and so worth the one-statement check before the full path.
+    A wrong hint (after a restart, or when another replica took the last snapshot) costs time,
+    never correctness: the full path finds an unchanged snapshot unchanged by itself."""
 
     MAX_ENTRIES = 100_000
 
     def __init__(self) -> None:
         self._hashes: dict[tuple[str, str], str] = {}
 
-    def matches(self, node: str, stream: str, content_hash: str) -> bool:
-        return self._hashes.get((node, stream)) == content_hash
+    def may_be_unchanged(self, node: str, stream: str, content_hash: str) -> bool:
+        """False only when this process last stored other content for the stream."""
+        return self._hashes.get((node, stream), content_hash) == content_hash
 
     def remember(self, node: str, stream: str, content_hash: str) -> None:
         if len(self._hashes) >= self.MAX_ENTRIES:
             self._hashes.clear()
         self._hashes[(node, stream)] = content_hash
+
+
+# Bodies up to this size are applied in the event loop on PostgreSQL: an ordinary node's
+# snapshot is a few KiB. A larger one goes to a worker thread, so that applying it does not
+# hold up every other request, /livez included, for its whole duration.
+EVENT_LOOP_MAX_BODY = 32 * 1024
 
 
 async def _ingest(
@@ -138,10 +145,10 @@ async def _ingest(
     snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
     actor: str,
 ) -> IngestResponse:
-    """Try the unchanged-snapshot fast path in the event loop where the database allows it
-    (PostgreSQL) and the content looks unchanged, else the full path in one trip through the
-    thread pool. The route is async so that FastAPI also serialises the small response in the
-    event loop."""
+    """Where the hint says the content may be unchanged, try the one-statement check first;
+    then apply the snapshot in full, in the event loop where the database and its size allow,
+    else in one trip through the thread pool. The route is async so that FastAPI also
+    serialises the small response in the event loop."""
     metrics: ServiceMetrics = request.app.state.metrics
     settings: Settings = request.app.state.settings
     recent: RecentContent = request.app.state.recent_content
@@ -153,15 +160,26 @@ async def _ingest(
             max_pods=settings.max_pods_per_snapshot,
         )
         content_hash = snapshot.content_hash()
+        check_unchanged_first = recent.may_be_unchanged(snapshot.node, stream, content_hash)
         unchanged = None
-        if recent.matches(snapshot.node, stream, content_hash):
+        if check_unchanged_first:
             unchanged = await _unchanged_in_event_loop(request, snapshot, stream, content_hash)
+            # None: the check could not run here, and the full path makes it itself.
+            check_unchanged_first = unchanged is None
         if unchanged:
             result = IngestResult()
         else:
-            result = await run_in_threadpool(
-                _apply_in_thread, request, apply, snapshot, actor, content_hash, unchanged is False
+            apply_snapshot = functools.partial(
+                apply,
+                snapshot=snapshot,
+                actor=actor,
+                content_hash=content_hash,
+                check_unchanged_first=check_unchanged_first,
             )
+            applied = await _apply_in_event_loop(request, apply_snapshot)
+            if applied is None:
+                applied = await run_in_threadpool(_apply_in_thread, request, apply_snapshot)
+            result = applied
     except DomainError:
         metrics.ingest_total.labels(kind, "refused").inc()
         raise
@@ -179,37 +197,51 @@ async def _unchanged_in_event_loop(
     content_hash: str,
 ) -> bool | None:
     """Whether the fast path recorded the snapshot as unchanged; None when it could not run
-    (SQLite, or a pooled connection the server dropped: nothing was changed, and the full path
-    checks its connection before use)."""
-    engine: AsyncEngine | None = request.app.state.fast_path_engine
-    if engine is None:
+    (SQLite, or a pooled connection the server dropped: nothing was changed)."""
+    database: EventLoopDatabase | None = request.app.state.event_loop_database
+    if database is None:
         return None
     check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=utcnow())
     try:
-        return await record_unchanged_snapshot_async(engine, check)
+        return await record_unchanged_snapshot_async(database.autocommit, check)
     except DBAPIError as e:
         if e.connection_invalidated:
             return None
         raise
 
 
-def _apply_in_thread(
-    request: Request,
-    apply: Callable[..., IngestResult],
-    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
-    actor: str,
-    content_hash: str,
-    unchanged_checked: bool,
-) -> IngestResult:
+ApplySnapshot = Callable[..., IngestResult]
+
+
+async def _apply_in_event_loop(
+    request: Request, apply_snapshot: ApplySnapshot
+) -> IngestResult | None:
+    """The full path in the event loop; None when it is not for here (SQLite, a large body) or
+    met a pooled connection the server dropped, and the caller should use a worker thread.
+
+    After a drop the worker thread applies the snapshot again. That is safe: the transaction
+    here rolled back, or, if the drop came during COMMIT and the commit took, the same seq with
+    the same content is answered as a repeat."""
+    database: EventLoopDatabase | None = request.app.state.event_loop_database
+    if database is None or not _small_body(request):
+        return None
+    try:
+        async with database.sessions() as session, session.begin():
+            return await session.run_sync(lambda sync: apply_snapshot(sync, now=utcnow()))
+    except DBAPIError as e:
+        if e.connection_invalidated:
+            return None
+        raise
+
+
+def _small_body(request: Request) -> bool:
+    length = request.headers.get("content-length")
+    return length is not None and length.isdigit() and int(length) <= EVENT_LOOP_MAX_BODY
+
+
+def _apply_in_thread(request: Request, apply_snapshot: ApplySnapshot) -> IngestResult:
     with write_session(request.app.state.session_factory) as session:
-        return apply(
-            session,
-            snapshot,
-            now=utcnow(),
-            actor=actor,
-            content_hash=content_hash,
-            unchanged_checked=unchanged_checked,
-        )
+        return apply_snapshot(session, now=utcnow())
 
 
 @router.post(

@@ -76,7 +76,7 @@ def apply_listandwatch_snapshot(
     now: datetime,
     actor: str,
     content_hash: str | None = None,
-    unchanged_checked: bool = False,
+    check_unchanged_first: bool = True,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         _replace_device_list(session, node_id, snapshot, now, log)
@@ -92,7 +92,7 @@ def apply_listandwatch_snapshot(
         now=now,
         actor=actor,
         content_hash=content_hash,
-        unchanged_checked=unchanged_checked,
+        check_unchanged_first=check_unchanged_first,
     )
 
 
@@ -105,15 +105,16 @@ def _apply_stream(
     now: datetime,
     actor: str,
     content_hash: str | None,
-    unchanged_checked: bool,
+    check_unchanged_first: bool,
 ) -> IngestResult:
     """The ordering and idempotency rules every stream shares; `replace` changes what the
     stream owns, and runs only when the content differs from the last applied.
 
-    A caller that has computed the content hash passes it; one that has already found the
-    snapshot is not unchanged (the event-loop fast path) says so, and the check is skipped."""
+    A caller that has computed the content hash passes it. The unchanged-snapshot statement
+    first is only a shortcut: a caller that knows the content changed, or has just tried that
+    statement, skips it, and the full path below still finds an unchanged snapshot unchanged."""
     content_hash = content_hash or snapshot.content_hash()
-    if not unchanged_checked:
+    if check_unchanged_first:
         check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=now)
         if record_unchanged_snapshot(session, check):
             return IngestResult()
@@ -294,7 +295,7 @@ def apply_podresources_snapshot(
     now: datetime,
     actor: str,
     content_hash: str | None = None,
-    unchanged_checked: bool = False,
+    check_unchanged_first: bool = True,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         wanted, numa_hints, uids = _wanted_allocations(snapshot)
@@ -315,7 +316,7 @@ def apply_podresources_snapshot(
         now=now,
         actor=actor,
         content_hash=content_hash,
-        unchanged_checked=unchanged_checked,
+        check_unchanged_first=check_unchanged_first,
     )
 
 

@@ -239,12 +239,12 @@ def quiet_api(settings: Settings, auth: dict[str, str]) -> Iterator[Api]:
 @pytest.fixture
 def statements(quiet_api: Api) -> Iterator[StatementCounter]:
     """Counts the statements quiet_api's app sends, on its engine and, on PostgreSQL, on the
-    async engine of the unchanged-snapshot fast path."""
+    async engines that ingest uses in the event loop."""
     state = quiet_api.client.app.state  # type: ignore[attr-defined]
     engine: Engine = state.engine
     engines = [engine]
-    if state.fast_path_engine is not None:
-        engines.append(state.fast_path_engine.sync_engine)
+    if state.event_loop_database is not None:
+        engines += [e.sync_engine for e in state.event_loop_database.engines()]
     counter = StatementCounter(engine)
     for watched in engines:
         event.listen(watched, "before_cursor_execute", counter._on_execute)

@@ -1,12 +1,17 @@
-"""PostgreSQL's unchanged-snapshot fast path, which runs in the event loop on its own engine."""
+"""PostgreSQL ingest in the event loop: the unchanged-snapshot fast path and the full path, each
+on an async engine of its own, with the worker-thread path behind them."""
 
 from __future__ import annotations
+
+import json
 
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from .conftest import Api, dev, listandwatch
+from app.api.ingest import EVENT_LOOP_MAX_BODY
+
+from .conftest import GPU, Api, dev, listandwatch
 
 pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
@@ -47,3 +52,29 @@ def test_a_refused_snapshot_does_not_touch_the_node(api: Api) -> None:
     api.ingest_listandwatch(listandwatch("node-a", devices, 4), expect=409)
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-9")], 5), expect=409)
     assert api.get("/api/v1/nodes/node-a")["last_seen"] == seen
+
+
+def test_changed_snapshots_survive_dropped_connections(quiet_api: Api, database_url: str) -> None:
+    api = quiet_api
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))
+    assert drop_every_other_connection(database_url) >= 1
+
+    grown = api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 2))
+    assert (grown["changed"], grown["added"]) == (True, 1)
+    shrunk = api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-1")], 3))
+    assert (shrunk["changed"], shrunk["removed"]) == (True, 1)
+    removed = api.devices(state="removed")
+    assert [d["device_id"] for d in removed] == ["gpu-0"]
+
+
+def test_a_snapshot_too_large_for_the_event_loop_is_applied_in_full(api: Api) -> None:
+    devices = [dev(f"gpu-{i:04d}", numa=[i % 2]) for i in range(700)]
+    body = listandwatch("node-a", devices, 1)
+    assert len(json.dumps(body)) > EVENT_LOOP_MAX_BODY
+
+    assert api.ingest_listandwatch(body)["added"] == 700
+    devices[5] = dev("gpu-0005", "Unhealthy", numa=[1])
+    again = api.ingest_listandwatch(listandwatch("node-a", devices, 2))
+    assert (again["changed"], again["health_changes"], again["added"]) == (True, 1, 0)
+    node = api.get("/api/v1/nodes/node-a")
+    assert node["resources"][GPU]["unhealthy"] == 1
