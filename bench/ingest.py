@@ -7,8 +7,9 @@ Starts `devicedeck serve` (one uvicorn worker) on SQLite or PostgreSQL, then sim
 2. changed: PodResources snapshots whose pods differ from the node's previous snapshot;
 3. unchanged: the same snapshots again with a higher seq.
 
-Prints snapshots/s, p50/p99 latency, and each rate as a ratio of the /livez rate measured in the
-same run, because the machines this runs on are shared and noisy.
+Prints snapshots/s, p50/p99 latency, each rate as a ratio of the /livez rate measured in the
+same run, because the machines this runs on are shared and noisy, and the service's CPU time
+per request.
 
     .venv/bin/python bench/ingest.py --db postgresql --nodes 200 --concurrency 8
 """
@@ -215,17 +216,45 @@ async def run_phase(
             connection.close()
 
 
-def report(name: str, count: int, elapsed: float, latencies: list[float], baseline: float) -> None:
+class ServerCpu:
+    """CPU time the service process has used, from /proc (Linux): per request it is steadier
+    than a rate on a shared machine, since waiting for a core does not count."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = Path(f"/proc/{pid}/stat")
+
+    def seconds(self) -> float:
+        if not self.path.exists():
+            return float("nan")
+        # utime and stime, fields 14 and 15, after the parenthesised command name.
+        fields = self.path.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report(
+    name: str, count: int, elapsed: float, latencies: list[float], baseline: float, cpu: float
+) -> None:
     rate = count / elapsed
     ordered = sorted(latencies)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
     print(
         f"{name:<22} {rate:8.1f}/s  p50 {statistics.median(ordered) * 1000:6.1f} ms  "
-        f"p99 {p99 * 1000:6.1f} ms  ratio to /livez {rate / baseline:5.3f}"
+        f"p99 {p99 * 1000:6.1f} ms  ratio to /livez {rate / baseline:5.3f}  "
+        f"server CPU {cpu / count * 1000:5.2f} ms/request"
     )
 
 
-async def bench(port: int, token: str, nodes: int, concurrency: int, rounds: int) -> None:
+async def timed_phase(
+    port: int, token: str, requests: list[Request], concurrency: int, server: ServerCpu
+) -> tuple[float, list[float], float]:
+    cpu_before = server.seconds()
+    elapsed, latencies = await run_phase(port, token, requests, concurrency)
+    return elapsed, latencies, server.seconds() - cpu_before
+
+
+async def bench(
+    port: int, token: str, nodes: int, concurrency: int, rounds: int, server: ServerCpu
+) -> None:
     names = [f"bench-node-{i:05d}" for i in range(nodes)]
     # Warm up and create every node with its devices.
     await run_phase(
@@ -235,9 +264,9 @@ async def bench(port: int, token: str, nodes: int, concurrency: int, rounds: int
         concurrency,
     )
     livez = [("GET", "/livez", None)] * (nodes * rounds)
-    elapsed, lat = await run_phase(port, token, livez, concurrency)
+    elapsed, lat, cpu = await timed_phase(port, token, livez, concurrency, server)
     baseline = len(livez) / elapsed
-    report("GET /livez (baseline)", len(livez), elapsed, lat, baseline)
+    report("GET /livez (baseline)", len(livez), elapsed, lat, baseline, cpu)
 
     seq = 1
     changed: list[Request] = []
@@ -246,8 +275,8 @@ async def bench(port: int, token: str, nodes: int, concurrency: int, rounds: int
         changed += [
             ("POST", "/api/v1/ingest/podresources", pods_snapshot(n, seq, r)) for n in names
         ]
-    elapsed, lat = await run_phase(port, token, changed, concurrency)
-    report("changed snapshots", len(changed), elapsed, lat, baseline)
+    elapsed, lat, cpu = await timed_phase(port, token, changed, concurrency, server)
+    report("changed snapshots", len(changed), elapsed, lat, baseline, cpu)
 
     unchanged: list[Request] = []
     for _ in range(rounds):
@@ -256,8 +285,8 @@ async def bench(port: int, token: str, nodes: int, concurrency: int, rounds: int
             ("POST", "/api/v1/ingest/podresources", pods_snapshot(n, seq, rounds - 1))
             for n in names
         ]
-    elapsed, lat = await run_phase(port, token, unchanged, concurrency)
-    report("unchanged snapshots", len(unchanged), elapsed, lat, baseline)
+    elapsed, lat, cpu = await timed_phase(port, token, unchanged, concurrency, server)
+    report("unchanged snapshots", len(unchanged), elapsed, lat, baseline, cpu)
 
 
 def main() -> None:
@@ -277,7 +306,8 @@ def main() -> None:
             f"database={args.db} nodes={args.nodes} devices/node={DEVICES_PER_NODE} "
             f"concurrency={args.concurrency} rounds={args.rounds} cpus={os.cpu_count()}"
         )
-        asyncio.run(bench(port, token, args.nodes, args.concurrency, args.rounds))
+        server = ServerCpu(process.pid)
+        asyncio.run(bench(port, token, args.nodes, args.concurrency, args.rounds, server))
     finally:
         process.terminate()
         process.wait(timeout=30)

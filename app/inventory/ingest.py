@@ -31,8 +31,7 @@ from app.inventory.nodes import (
     find_receipt,
     forget_content_hash,
     listandwatch_stream,
-    lock_node,
-    mark_node_seen,
+    lock_node_seen,
     record_receipt,
     record_unchanged_snapshot,
     unchanged_check,
@@ -119,19 +118,18 @@ def _apply_stream(
         if record_unchanged_snapshot(session, check):
             return IngestResult()
     log = EventLog(at=now, actor=actor)
-    node = lock_node(session, snapshot.node, now, log)
-    receipt = find_receipt(session, node.id, stream)
+    node_id = lock_node_seen(session, snapshot.node, now, log)
+    receipt = find_receipt(session, node_id, stream)
     order = check_order(receipt, snapshot.source, content_hash, stream)
-    mark_node_seen(session, node, now, log)
     if order is Order.REPEAT:
         log.write(session)
         return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
     if receipt is None or receipt.content_hash != content_hash:
-        replace(node.id, log)
+        replace(node_id, log)
     record_receipt(
         session,
         receipt,
-        node_id=node.id,
+        node_id=node_id,
         stream=stream,
         source=snapshot.source,
         payload_hash=content_hash,

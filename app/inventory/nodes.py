@@ -6,11 +6,12 @@ expression costs more CPU than PostgreSQL spends executing these ones.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, bindparam, select, update
+from sqlalchemy import CursorResult, bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
@@ -20,7 +21,19 @@ from app.inventory.events import EventLog
 from app.inventory.models import IngestReceipt, Node, table_of
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot, Source
 
+_nodes = table_of(Node)
+_receipts = table_of(IngestReceipt)
+
 _LOCK_NODE = select(Node).where(Node.name == bindparam("name")).with_for_update()
+# Updating the row takes its lock, and the stale flag it returns is the latest committed one,
+# read after any wait for the lock, because this statement does not change it.
+_LOCK_AND_TOUCH_NODE = (
+    update(_nodes)
+    .where(_nodes.c.name == bindparam("node_name"))
+    .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type))
+    .returning(_nodes.c.id, _nodes.c.stale_since)
+)
+_CLEAR_STALE = update(_nodes).where(_nodes.c.id == bindparam("for_node")).values(stale_since=None)
 
 
 def lock_node(session: Session, name: str, now: datetime, log: EventLog) -> Node:
@@ -32,6 +45,11 @@ def lock_node(session: Session, name: str, now: datetime, log: EventLog) -> Node
     node = session.scalars(_LOCK_NODE, {"name": name}).one_or_none()
     if node is not None:
         return node
+    _insert_node(session, name, now, log)
+    return session.scalars(_LOCK_NODE, {"name": name}).one()
+
+
+def _insert_node(session: Session, name: str, now: datetime, log: EventLog) -> None:
     dialect_insert = (
         postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     )
@@ -45,14 +63,21 @@ def lock_node(session: Session, name: str, now: datetime, log: EventLog) -> Node
     ).first()
     if inserted is not None:
         log.add("node_added", node=name)
-    return session.scalars(_LOCK_NODE, {"name": name}).one()
 
 
-def mark_node_seen(session: Session, node: Node, now: datetime, log: EventLog) -> None:
-    node.last_seen = now
-    if node.stale_since is not None:
-        log.add("node_seen", node=node.name, before={"stale_since": node.stale_since.isoformat()})
-        node.stale_since = None
+def lock_node_seen(session: Session, name: str, now: datetime, log: EventLog) -> int:
+    """Lock the node's row (created if new) for a snapshot from it, mark it seen now and no
+    longer stale; returns its id. The whole of it is undone if the snapshot is refused."""
+    touch = {"node_name": name, "now": now}
+    row = session.execute(_LOCK_AND_TOUCH_NODE, touch).first()
+    if row is None:
+        _insert_node(session, name, now, log)
+        row = session.execute(_LOCK_AND_TOUCH_NODE, touch).one()
+    node_id, stale_since = row
+    if stale_since is not None:
+        session.execute(_CLEAR_STALE, {"for_node": node_id})
+        log.add("node_seen", node=name, before={"stale_since": stale_since.isoformat()})
+    return int(node_id)
 
 
 class Order(StrEnum):
@@ -61,7 +86,7 @@ class Order(StrEnum):
 
 
 def check_order(
-    receipt: IngestReceipt | None, source: Source, payload_hash: str, stream: str
+    receipt: StreamReceipt | None, source: Source, payload_hash: str, stream: str
 ) -> Order:
     """Where a snapshot stands against the last one applied for its stream.
 
@@ -93,18 +118,48 @@ def check_order(
     )
 
 
-_FIND_RECEIPT = select(IngestReceipt).where(
-    IngestReceipt.node_id == bindparam("node_id"), IngestReceipt.stream == bindparam("stream")
+@dataclass(frozen=True)
+class StreamReceipt:
+    """The last snapshot applied for a stream, as ordering needs it."""
+
+    id: int
+    boot_id: str
+    seq: int
+    payload_hash: str
+    content_hash: str | None
+
+
+_FIND_RECEIPT = select(
+    _receipts.c.id,
+    _receipts.c.boot_id,
+    _receipts.c.seq,
+    _receipts.c.payload_hash,
+    _receipts.c.content_hash,
+).where(_receipts.c.node_id == bindparam("node_id"), _receipts.c.stream == bindparam("stream"))
+_RECEIPT_FIELDS = {
+    "boot_id": bindparam("to_boot"),
+    "seq": bindparam("to_seq"),
+    "payload_hash": bindparam("to_hash"),
+    "content_hash": bindparam("to_hash"),
+    "observed_at": bindparam("observed", type_=_receipts.c.observed_at.type),
+    "received_at": bindparam("now", type_=_receipts.c.received_at.type),
+}
+_UPDATE_RECEIPT = (
+    update(_receipts).where(_receipts.c.id == bindparam("receipt_id")).values(_RECEIPT_FIELDS)
+)
+_INSERT_RECEIPT = insert(_receipts).values(
+    node_id=bindparam("for_node"), stream=bindparam("for_stream"), **_RECEIPT_FIELDS
 )
 
 
-def find_receipt(session: Session, node_id: int, stream: str) -> IngestReceipt | None:
-    return session.scalars(_FIND_RECEIPT, {"node_id": node_id, "stream": stream}).one_or_none()
+def find_receipt(session: Session, node_id: int, stream: str) -> StreamReceipt | None:
+    row = session.execute(_FIND_RECEIPT, {"node_id": node_id, "stream": stream}).first()
+    return None if row is None else StreamReceipt(*row)
 
 
 def record_receipt(
     session: Session,
-    receipt: IngestReceipt | None,
+    receipt: StreamReceipt | None,
     *,
     node_id: int,
     stream: str,
@@ -113,15 +168,17 @@ def record_receipt(
     observed_at: datetime,
     now: datetime,
 ) -> None:
+    fields = {
+        "to_boot": source.boot_id,
+        "to_seq": source.seq,
+        "to_hash": payload_hash,
+        "observed": observed_at,
+        "now": now,
+    }
     if receipt is None:
-        receipt = IngestReceipt(node_id=node_id, stream=stream)
-        session.add(receipt)
-    receipt.boot_id = source.boot_id
-    receipt.seq = source.seq
-    receipt.payload_hash = payload_hash
-    receipt.content_hash = payload_hash
-    receipt.observed_at = observed_at
-    receipt.received_at = now
+        session.execute(_INSERT_RECEIPT, {**fields, "for_node": node_id, "for_stream": stream})
+    else:
+        session.execute(_UPDATE_RECEIPT, {**fields, "receipt_id": receipt.id})
 
 
 def forget_content_hash(session: Session, node_id: int, stream: str) -> None:
@@ -140,8 +197,6 @@ def listandwatch_stream(resource: str) -> str:
 PODRESOURCES_STREAM = "podresources"
 
 
-_nodes = table_of(Node)
-_receipts = table_of(IngestReceipt)
 _TOUCH_FRESH_NODE = (
     update(_nodes)
     .where(_nodes.c.name == bindparam("node_name"), _nodes.c.stale_since.is_(None))
