@@ -535,6 +535,27 @@ def _replace_allocations(
         session.execute(_INSERT_ALLOCATIONS, rows)
 
 
+_claims = table_of(ClaimAllocation)
+_CURRENT_CLAIMS = select(
+    _claims.c.id,
+    _claims.c.namespace,
+    _claims.c.pod,
+    _claims.c.container,
+    _claims.c.claim_namespace,
+    _claims.c.claim_name,
+    _claims.c.driver,
+    _claims.c.pool,
+    _claims.c.device,
+    _claims.c.share_id,
+).where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
+_END_CLAIMS = (
+    update(_claims)
+    .where(_claims.c.id.in_(bindparam("ids", expanding=True)))
+    .values(ended=bindparam("at", type_=_claims.c.ended.type))
+)
+_INSERT_CLAIMS = insert(_claims)
+
+
 def _replace_claim_allocations(
     session: Session, node_id: int, snapshot: PodResourcesSnapshot, now: datetime, log: EventLog
 ) -> None:
@@ -567,15 +588,12 @@ def _replace_claim_allocations(
             c.device,
             c.share_id,
         ): c
-        for c in session.scalars(
-            select(ClaimAllocation).where(
-                ClaimAllocation.node_id == node_id, ClaimAllocation.ended.is_(None)
-            )
-        )
+        for c in session.execute(_CURRENT_CLAIMS, {"node_id": node_id})
     }
+    ended: list[int] = []
     for key in sorted(current.keys() - wanted.keys(), key=str):
         claim_row = current[key]
-        claim_row.ended = now
+        ended.append(claim_row.id)
         log.add(
             "claim_released",
             node=snapshot.node,
@@ -586,6 +604,8 @@ def _replace_claim_allocations(
             container=claim_row.container,
             before={"claim": f"{claim_row.claim_namespace}/{claim_row.claim_name}"},
         )
+    if ended:
+        session.execute(_END_CLAIMS, {"ids": ended, "at": now})
     rows = []
     for key in sorted(wanted.keys() - current.keys(), key=str):
         (
@@ -627,7 +647,7 @@ def _replace_claim_allocations(
             after={"claim": f"{claim_ns}/{claim_name}", "share_id": share_id},
         )
     if rows:
-        session.execute(insert(ClaimAllocation), rows)
+        session.execute(_INSERT_CLAIMS, rows)
 
 
 def _replace_allocatable(
