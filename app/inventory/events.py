@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, text
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
+from app.inventory.bulk import json_rows, json_rows_binds, json_rows_insert_sql
 from app.inventory.models import Event, table_of
 
 NOTIFY_CHANNEL = "devicedeck_events"
@@ -18,34 +18,24 @@ _events = table_of(Event)
 # Core statements built once: the ORM's bulk insert and expression building cost more CPU per
 # snapshot than the database spends on the rows.
 _INSERT_EVENTS = insert(_events)
-# PostgreSQL: the rows travel as one JSON parameter, and the notification rides in the same
-# statement. An executemany costs a statement per row, each with a dozen parameters to convert.
-# Keys left out of a row (None values) arrive as SQL NULL.
-_PER_ROW_COLUMNS = {
-    "kind": "text",
-    "node": "text",
-    "resource": "text",
-    "device_id": "text",
-    "device_pk": "bigint",
-    "namespace": "text",
-    "pod": "text",
-    "container": "text",
-    "before": "json",
-    "after": "json",
-}
+# PostgreSQL: one statement for the rows (see app/inventory/bulk.py) and the notification.
+_PER_ROW = (
+    "kind",
+    "node",
+    "resource",
+    "device_id",
+    "device_pk",
+    "namespace",
+    "pod",
+    "container",
+    "before",
+    "after",
+)
+_SHARED = ("at", "actor")
 _INSERT_EVENTS_AND_NOTIFY = text(
-    f"""WITH inserted AS (
-    INSERT INTO events (at, actor, {", ".join(_PER_ROW_COLUMNS)})
-    SELECT :at, :actor, {", ".join(f"r.{c}" for c in _PER_ROW_COLUMNS)}
-    FROM jsonb_to_recordset(:rows)
-        AS r({", ".join(f"{c} {t}" for c, t in _PER_ROW_COLUMNS.items())})
-    RETURNING 1
-)
-SELECT pg_notify('{NOTIFY_CHANNEL}', count(*)::text) FROM inserted"""
-).bindparams(
-    bindparam("at", type_=_events.c.at.type),
-    bindparam("rows", type_=postgresql.JSONB),
-)
+    f"WITH inserted AS ({json_rows_insert_sql(_events, per_row=_PER_ROW, shared=_SHARED)} "
+    f"RETURNING 1) SELECT pg_notify('{NOTIFY_CHANNEL}', count(*)::text) FROM inserted"
+).bindparams(*json_rows_binds(_events, _SHARED))
 
 EVENT_KINDS = (
     "node_added",
@@ -116,9 +106,7 @@ class EventLog:
         if session.get_bind().dialect.name != "postgresql":
             session.execute(_INSERT_EVENTS, self.rows)
             return
-        rows = [
-            {key: row[key] for key in _PER_ROW_COLUMNS if row[key] is not None} for row in self.rows
-        ]
+        rows = json_rows(self.rows, _PER_ROW)
         session.execute(
             _INSERT_EVENTS_AND_NOTIFY, {"at": self.at, "actor": self.actor, "rows": rows}
         )

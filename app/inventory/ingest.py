@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.orm import Session
 
+from app.inventory.bulk import json_rows, json_rows_binds, json_rows_insert_sql
 from app.inventory.events import EventLog
 from app.inventory.models import (
     Allocation,
@@ -454,6 +455,19 @@ _SET_POD_UID = (
     .values(pod_uid=bindparam("uid"))
 )
 _INSERT_ALLOCATIONS = insert(_allocations)
+_ALLOCATION_PER_ROW = (
+    "device_pk",
+    "namespace",
+    "pod",
+    "pod_uid",
+    "container",
+    "resource",
+    "device_id",
+)
+_ALLOCATION_SHARED = ("node_id", "started")
+_INSERT_ALLOCATIONS_FROM_JSON = text(
+    json_rows_insert_sql(_allocations, per_row=_ALLOCATION_PER_ROW, shared=_ALLOCATION_SHARED)
+).bindparams(*json_rows_binds(_allocations, _ALLOCATION_SHARED))
 
 
 def _replace_allocations(
@@ -531,7 +545,14 @@ def _replace_allocations(
             container=container,
             after={"health": device.health},
         )
-    if rows:
+    if not rows:
+        return
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            _INSERT_ALLOCATIONS_FROM_JSON,
+            {"node_id": node_id, "started": now, "rows": json_rows(rows, _ALLOCATION_PER_ROW)},
+        )
+    else:
         session.execute(_INSERT_ALLOCATIONS, rows)
 
 
