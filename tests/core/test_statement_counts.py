@@ -146,3 +146,30 @@ def test_unchanged_snapshot_costs_one_statement_on_postgresql_two_on_sqlite(
             # The token was checked on the first request and is cached now.
             reads = [s for s in statements.statements if s.split()[0].upper() == "SELECT"]
             assert reads == [], reads
+
+
+def test_a_changed_snapshot_sends_no_statement_per_pod(
+    quiet_api: Api, statements: StatementCounter
+) -> None:
+    """Allocations ended and started, and their events, go in a fixed number of statements
+    however many pods a snapshot moves."""
+    api = quiet_api
+    api.ingest_listandwatch(listandwatch("node-a", [dev(f"gpu-{i}") for i in range(12)], 1))
+
+    def pods_on_gpus(count: int, generation: int) -> list[dict]:
+        return [
+            pod(f"job-{generation}-{i}", containers={"main": [held(GPU, f"gpu-{i}")]})
+            for i in range(count)
+        ]
+
+    sent: dict[int, int] = {}
+    seq = 0
+    for count in (2, 12):
+        seq += 1
+        api.ingest_podresources(podresources("node-a", pods_on_gpus(count, seq), seq))
+        seq += 1
+        with statements:
+            result = api.ingest_podresources(podresources("node-a", pods_on_gpus(count, seq), seq))
+        assert (result["released"], result["allocated"]) == (count, count)
+        sent[count] = statements.count
+    assert sent[12] == sent[2], statements.statements
