@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.inventory.errors import (
@@ -96,6 +97,15 @@ def validation_details(errors: list[dict[str, Any]]) -> list[dict[str, str]]:
     return details
 
 
+def _unavailable() -> JSONResponse:
+    return error_response(
+        503,
+        "unavailable",
+        "the database could not serve this request; nothing was changed, try again",
+        headers={"Retry-After": "1"},
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -129,12 +139,16 @@ def install_error_handlers(app: FastAPI) -> None:
             request.url.path,
             type(exc.orig).__name__,
         )
-        return error_response(
-            503,
-            "unavailable",
-            "the database could not serve this request; nothing was changed, try again",
-            headers={"Retry-After": "1"},
+        return _unavailable()
+
+    @app.exception_handler(PoolTimeout)
+    async def _no_free_connection(request: Request, exc: PoolTimeout) -> JSONResponse:
+        # More requests at once than the service has database connections for, for longer
+        # than the pool waits: an overload, which the same request sent later gets past.
+        log.warning(
+            "no free database connection method=%s path=%s", request.method, request.url.path
         )
+        return _unavailable()
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

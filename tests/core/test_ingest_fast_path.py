@@ -78,3 +78,33 @@ def test_a_snapshot_too_large_for_the_event_loop_is_applied_in_full(api: Api) ->
     assert (again["changed"], again["health_changes"], again["added"]) == (True, 1, 0)
     node = api.get("/api/v1/nodes/node-a")
     assert node["resources"][GPU]["unhealthy"] == 1
+
+
+def test_more_snapshots_at_once_than_connections_is_503_and_changes_nothing(
+    quiet_api: Api,
+) -> None:
+    """Overload: every connection of the ingest pool is busy for longer than the pool waits.
+    The agent gets a 503 it retries, not a 500."""
+    api = quiet_api
+    client = api.client
+    engine = client.app.state.event_loop_database.transactional
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))
+    engine.pool._timeout = 0.2
+
+    async def take_every_connection() -> list:
+        return [
+            await engine.connect() for _ in range(engine.pool.size() + engine.pool._max_overflow)
+        ]
+
+    taken = client.portal.call(take_every_connection)
+    try:
+        response = api.post(
+            "/api/v1/ingest/listandwatch", listandwatch("node-a", [dev("gpu-1")], 2), expect=503
+        )
+        assert response.headers["retry-after"] == "1"
+        assert response.json()["error"]["code"] == "unavailable"
+    finally:
+        for connection in taken:
+            client.portal.call(connection.close)
+    assert [d["device_id"] for d in api.devices()] == ["gpu-0"]
+    assert api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-1")], 2))["added"] == 1
