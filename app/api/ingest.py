@@ -202,12 +202,7 @@ async def _unchanged_in_event_loop(
     if database is None:
         return None
     check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=utcnow())
-    try:
-        return await record_unchanged_snapshot_async(database.autocommit, check)
-    except DBAPIError as e:
-        if e.connection_invalidated:
-            return None
-        raise
+    return await record_unchanged_snapshot_async(database.autocommit, check)
 
 
 ApplySnapshot = Callable[..., IngestResult]
