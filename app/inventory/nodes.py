@@ -300,9 +300,10 @@ async def record_unchanged_snapshot_async(
     engine: AsyncEngine, check: UnchangedCheck
 ) -> bool | None:
     """`record_unchanged_snapshot` for PostgreSQL on an autocommit async engine: the single
-    statement is its own transaction, and changes nothing when it returns False. None when the
-    pooled connection turned out to be dropped by the server: nothing was changed, and the
-    connection is discarded."""
+    statement is its own transaction, and changes nothing when it returns False. None when it
+    could not run: the server dropped the pooled connection (which is then discarded), or
+    refused the statement for now. A failed statement changed nothing, and the full path, which
+    the caller takes next, meets the same trouble and reports it."""
     async with engine.connect() as connection:
         raw = await connection.get_raw_connection()
         driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
@@ -310,7 +311,6 @@ async def record_unchanged_snapshot_async(
             cursor = await driver.execute(_ADVANCE_UNCHANGED_SQL, check)
             return await cursor.fetchone() is not None
         except psycopg.OperationalError:
-            if not driver.broken:
-                raise
-        await connection.invalidate()
-        return None
+            if driver.broken:
+                await connection.invalidate()
+            return None

@@ -7,21 +7,32 @@ import json
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
 from app.api.ingest import EVENT_LOOP_MAX_BODY
+from app.config import Settings
+from app.main import create_app
 
 from .conftest import GPU, Api, dev, listandwatch
 
 pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
 
+def admin_connection(database_url: str, autocommit: bool = True) -> psycopg.Connection:
+    url = make_url(database_url)
+    return psycopg.connect(
+        host=url.host,
+        port=url.port,
+        user=url.username,
+        dbname=url.database,
+        autocommit=autocommit,
+    )
+
+
 def drop_every_other_connection(database_url: str) -> int:
     """What a database restart or an idle timeout does to the service's pooled connections."""
-    url = make_url(database_url)
-    with psycopg.connect(
-        host=url.host, port=url.port, user=url.username, dbname=url.database, autocommit=True
-    ) as admin:
+    with admin_connection(database_url) as admin:
         rows = admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
@@ -108,3 +119,36 @@ def test_more_snapshots_at_once_than_connections_is_503_and_changes_nothing(
             client.portal.call(connection.close)
     assert [d["device_id"] for d in api.devices()] == ["gpu-0"]
     assert api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-1")], 2))["added"] == 1
+
+
+def test_a_database_that_refuses_the_fast_path_answers_503_and_changes_nothing(
+    settings: Settings, auth: dict[str, str], database_url: str
+) -> None:
+    """The unchanged-snapshot statement fails without losing its connection (here: the node
+    stays locked past the database's lock_timeout). The full path meets the same refusal, and
+    the agent gets the 503 it retries, not a 500."""
+    database = make_url(database_url).database
+    with admin_connection(database_url) as admin:
+        admin.execute(f"ALTER DATABASE \"{database}\" SET lock_timeout = '200ms'")
+    try:
+        app = create_app(settings)
+        app.state.background_starters.clear()
+        with TestClient(app) as client:
+            api = Api(client, auth)
+            devices = [dev("gpu-0")]
+            api.ingest_listandwatch(listandwatch("node-a", devices, 1))
+            api.ingest_listandwatch(listandwatch("node-a", devices, 2))
+            seen = api.get("/api/v1/nodes/node-a")["last_seen"]
+            with admin_connection(database_url, autocommit=False) as holder:
+                holder.execute("SELECT 1 FROM nodes WHERE name = 'node-a' FOR UPDATE")
+                response = api.post(
+                    "/api/v1/ingest/listandwatch", listandwatch("node-a", devices, 3), expect=503
+                )
+                assert response.headers["retry-after"] == "1"
+                holder.rollback()
+            assert api.get("/api/v1/nodes/node-a")["last_seen"] == seen
+            again = api.ingest_listandwatch(listandwatch("node-a", devices, 3))
+            assert (again["changed"], again["duplicate"]) == (False, False)
+    finally:
+        with admin_connection(database_url) as admin:
+            admin.execute(f'ALTER DATABASE "{database}" RESET lock_timeout')
