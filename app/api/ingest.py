@@ -197,7 +197,8 @@ async def _unchanged_in_event_loop(
     content_hash: str,
 ) -> bool | None:
     """Whether the fast path recorded the snapshot as unchanged; None when it could not run
-    (SQLite, or a pooled connection the server dropped: nothing was changed)."""
+    (SQLite, a pooled connection the server dropped, a statement the database refused):
+    nothing was changed."""
     database: EventLoopDatabase | None = request.app.state.event_loop_database
     if database is None:
         return None

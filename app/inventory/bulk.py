@@ -1,9 +1,10 @@
-"""Many rows in one INSERT on PostgreSQL.
+"""Many rows in one INSERT.
 
-An executemany through psycopg sends a statement per row, each with its parameters to convert;
-for the dozen-odd rows a snapshot writes, that costs more CPU than the database spends on them.
-Here the rows travel as one JSON array instead, and PostgreSQL unpacks them with
-jsonb_to_recordset. Values every row shares travel once, as ordinary bind parameters.
+On PostgreSQL an executemany through psycopg sends a statement per row, each with its
+parameters to convert; for the dozen-odd rows a snapshot writes, that costs more CPU than the
+database spends on them. There the rows travel as one JSON array instead, which PostgreSQL
+unpacks with jsonb_to_recordset, and values every row shares travel once, as ordinary bind
+parameters. SQLite keeps the executemany, which its driver runs in C.
 """
 
 from __future__ import annotations
@@ -11,32 +12,55 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BindParameter, Table, bindparam
+from sqlalchemy import Table, bindparam, insert, text
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import Session
 
 _DIALECT = postgresql.dialect()
 
 
-def json_rows_insert_sql(table: Table, *, per_row: Sequence[str], shared: Sequence[str]) -> str:
-    """An INSERT into `table` of the rows in the JSON parameter `:rows`: objects holding the
-    `per_row` columns (a missing key is NULL), with each `shared` column set from the bind
-    parameter of the same name. Values in the JSON must be JSON types: text, numbers, objects."""
-    record = ", ".join(f"{name} {table.c[name].type.compile(_DIALECT)}" for name in per_row)
-    return (
-        f"INSERT INTO {table.name} ({', '.join([*shared, *per_row])}) "
-        f"SELECT {', '.join([*(f':{name}' for name in shared), *(f'r.{n}' for n in per_row)])} "
-        f"FROM jsonb_to_recordset(:rows) AS r({record})"
-    )
+class BulkInsert:
+    """Inserts rows into `table`. `shared` names the columns that hold the same value in every
+    row; `per_row` the others, whose values must be JSON types (text, numbers, objects) or None.
 
+    `around` wraps the PostgreSQL statement: a template with `{insert}` where the INSERT goes,
+    for a caller that does more in the same statement."""
 
-def json_rows_binds(table: Table, shared: Sequence[str]) -> list[BindParameter[Any]]:
-    """Bind parameters typed as their columns, so that times go through the column's type."""
-    return [
-        *(bindparam(name, type_=table.c[name].type) for name in shared),
-        bindparam("rows", type_=postgresql.JSONB),
-    ]
+    def __init__(
+        self,
+        table: Table,
+        *,
+        shared: Sequence[str],
+        per_row: Sequence[str],
+        around: str = "{insert}",
+    ) -> None:
+        self.shared = tuple(shared)
+        self.per_row = tuple(per_row)
+        self._executemany = insert(table)
+        record = ", ".join(f"{name} {table.c[name].type.compile(_DIALECT)}" for name in per_row)
+        columns = ", ".join([*shared, *per_row])
+        values = ", ".join([*(f":{name}" for name in shared), *(f"r.{n}" for n in per_row)])
+        json_insert = (
+            f"INSERT INTO {table.name} ({columns}) SELECT {values} "
+            f"FROM jsonb_to_recordset(:rows) AS r({record})"
+        )
+        # The shared parameters are typed as their columns, so that times go through the
+        # column's type.
+        self._from_json = text(around.format(insert=json_insert)).bindparams(
+            *(bindparam(name, type_=table.c[name].type) for name in shared),
+            bindparam("rows", type_=postgresql.JSONB),
+        )
 
-
-def json_rows(rows: Sequence[dict[str, Any]], per_row: Sequence[str]) -> list[dict[str, Any]]:
-    """The `per_row` values of each row, None left out (it arrives as NULL)."""
-    return [{key: row[key] for key in per_row if row[key] is not None} for row in rows]
+    def execute(self, session: Session, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert `rows`, each a whole row; the shared values are read from the first."""
+        if not rows:
+            return
+        if session.get_bind().dialect.name != "postgresql":
+            session.execute(self._executemany, rows)
+            return
+        # A key left out of a JSON row (a None value) arrives as NULL.
+        json_rows = [
+            {key: row[key] for key in self.per_row if row[key] is not None} for row in rows
+        ]
+        shared = {name: rows[0][name] for name in self.shared}
+        session.execute(self._from_json, {**shared, "rows": json_rows})

@@ -6,36 +6,35 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
-from app.inventory.bulk import json_rows, json_rows_binds, json_rows_insert_sql
+from app.inventory.bulk import BulkInsert
 from app.inventory.models import Event, table_of
 
 NOTIFY_CHANNEL = "devicedeck_events"
 
-_events = table_of(Event)
-# Core statements built once: the ORM's bulk insert and expression building cost more CPU per
-# snapshot than the database spends on the rows.
-_INSERT_EVENTS = insert(_events)
-# PostgreSQL: one statement for the rows (see app/inventory/bulk.py) and the notification.
-_PER_ROW = (
-    "kind",
-    "node",
-    "resource",
-    "device_id",
-    "device_pk",
-    "namespace",
-    "pod",
-    "container",
-    "before",
-    "after",
+# PostgreSQL also tells listeners, in the same statement; the notification is delivered at
+# commit.
+_INSERT_EVENTS = BulkInsert(
+    table_of(Event),
+    shared=("at", "actor"),
+    per_row=(
+        "kind",
+        "node",
+        "resource",
+        "device_id",
+        "device_pk",
+        "namespace",
+        "pod",
+        "container",
+        "before",
+        "after",
+    ),
+    around=(
+        "WITH inserted AS ({insert} RETURNING 1) "
+        f"SELECT pg_notify('{NOTIFY_CHANNEL}', count(*)::text) FROM inserted"
+    ),
 )
-_SHARED = ("at", "actor")
-_INSERT_EVENTS_AND_NOTIFY = text(
-    f"WITH inserted AS ({json_rows_insert_sql(_events, per_row=_PER_ROW, shared=_SHARED)} "
-    f"RETURNING 1) SELECT pg_notify('{NOTIFY_CHANNEL}', count(*)::text) FROM inserted"
-).bindparams(*json_rows_binds(_events, _SHARED))
 
 EVENT_KINDS = (
     "node_added",
@@ -101,12 +100,4 @@ class EventLog:
 
     def write(self, session: Session) -> None:
         """Insert the events; on PostgreSQL also tell listeners, delivered at commit."""
-        if not self.rows:
-            return
-        if session.get_bind().dialect.name != "postgresql":
-            session.execute(_INSERT_EVENTS, self.rows)
-            return
-        rows = json_rows(self.rows, _PER_ROW)
-        session.execute(
-            _INSERT_EVENTS_AND_NOTIFY, {"at": self.at, "actor": self.actor, "rows": rows}
-        )
+        _INSERT_EVENTS.execute(session, self.rows)

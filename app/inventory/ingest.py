@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, text, update
+from sqlalchemy import Table, Update, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from app.inventory.bulk import json_rows, json_rows_binds, json_rows_insert_sql
+from app.inventory.bulk import BulkInsert
 from app.inventory.events import EventLog
 from app.inventory.models import (
     Allocation,
@@ -431,6 +431,15 @@ def _ensure_devices(
     return devices
 
 
+def _ending(table: Table) -> Update:
+    """Ends the open rows whose ids are given (`ids`) at `at`."""
+    return (
+        update(table)
+        .where(table.c.id.in_(bindparam("ids", expanding=True)))
+        .values(ended=bindparam("at", type_=table.c.ended.type))
+    )
+
+
 # Core statements built once (see app/inventory/nodes.py): a PodResources snapshot runs them all.
 _allocations = table_of(Allocation)
 _CURRENT_ALLOCATIONS = select(
@@ -444,30 +453,17 @@ _CURRENT_ALLOCATIONS = select(
     _allocations.c.device_pk,
     _allocations.c.started,
 ).where(_allocations.c.node_id == bindparam("node_id"), _allocations.c.ended.is_(None))
-_END_ALLOCATIONS = (
-    update(_allocations)
-    .where(_allocations.c.id.in_(bindparam("ids", expanding=True)))
-    .values(ended=bindparam("at", type_=_allocations.c.ended.type))
-)
+_END_ALLOCATIONS = _ending(_allocations)
 _SET_POD_UID = (
     update(_allocations)
     .where(_allocations.c.id == bindparam("allocation_id"))
     .values(pod_uid=bindparam("uid"))
 )
-_INSERT_ALLOCATIONS = insert(_allocations)
-_ALLOCATION_PER_ROW = (
-    "device_pk",
-    "namespace",
-    "pod",
-    "pod_uid",
-    "container",
-    "resource",
-    "device_id",
+_INSERT_ALLOCATIONS = BulkInsert(
+    _allocations,
+    shared=("node_id", "started"),
+    per_row=("device_pk", "namespace", "pod", "pod_uid", "container", "resource", "device_id"),
 )
-_ALLOCATION_SHARED = ("node_id", "started")
-_INSERT_ALLOCATIONS_FROM_JSON = text(
-    json_rows_insert_sql(_allocations, per_row=_ALLOCATION_PER_ROW, shared=_ALLOCATION_SHARED)
-).bindparams(*json_rows_binds(_allocations, _ALLOCATION_SHARED))
 
 
 def _replace_allocations(
@@ -545,15 +541,7 @@ def _replace_allocations(
             container=container,
             after={"health": device.health},
         )
-    if not rows:
-        return
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(
-            _INSERT_ALLOCATIONS_FROM_JSON,
-            {"node_id": node_id, "started": now, "rows": json_rows(rows, _ALLOCATION_PER_ROW)},
-        )
-    else:
-        session.execute(_INSERT_ALLOCATIONS, rows)
+    _INSERT_ALLOCATIONS.execute(session, rows)
 
 
 _claims = table_of(ClaimAllocation)
@@ -569,11 +557,7 @@ _CURRENT_CLAIMS = select(
     _claims.c.device,
     _claims.c.share_id,
 ).where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
-_END_CLAIMS = (
-    update(_claims)
-    .where(_claims.c.id.in_(bindparam("ids", expanding=True)))
-    .values(ended=bindparam("at", type_=_claims.c.ended.type))
-)
+_END_CLAIMS = _ending(_claims)
 _INSERT_CLAIMS = insert(_claims)
 
 
