@@ -13,6 +13,7 @@ from sqlalchemy.engine import make_url
 from app.api.ingest import EVENT_LOOP_MAX_BODY
 from app.config import Settings
 from app.main import create_app
+from app.ui.live import libpq_url
 
 from .conftest import GPU, Api, dev, listandwatch
 
@@ -20,14 +21,7 @@ pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=Tr
 
 
 def admin_connection(database_url: str, autocommit: bool = True) -> psycopg.Connection:
-    url = make_url(database_url)
-    return psycopg.connect(
-        host=url.host,
-        port=url.port,
-        user=url.username,
-        dbname=url.database,
-        autocommit=autocommit,
-    )
+    return psycopg.connect(libpq_url(database_url), autocommit=autocommit)
 
 
 def drop_every_other_connection(database_url: str) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
@@ -28,37 +30,41 @@ def unreachable(database_url: str, tmp_path: Any) -> str:
     return url.set(port=9).render_as_string(hide_password=False)
 
 
-def test_readyz_is_503_when_the_database_is_unreachable(
+@pytest.fixture
+def unreachable_client(
     settings: Settings, database_url: str, tmp_path: Any
-) -> None:
+) -> Iterator[TestClient]:
+    """The app, started with a database it cannot reach."""
     broken = settings.model_copy(update={"database_url": unreachable(database_url, tmp_path)})
     app = create_app(broken)
     app.state.background_starters.clear()
     with TestClient(app) as client:
-        response = client.get("/readyz")
-        assert response.status_code == 503
-        error = response.json()["error"]
-        assert error["code"] == "unavailable" and "database" in error["message"]
-        # The process itself is alive.
-        assert client.get("/livez").status_code == 200
+        yield client
+
+
+def test_readyz_is_503_when_the_database_is_unreachable(unreachable_client: TestClient) -> None:
+    client = unreachable_client
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    error = response.json()["error"]
+    assert error["code"] == "unavailable" and "database" in error["message"]
+    # The process itself is alive.
+    assert client.get("/livez").status_code == 200
 
 
 def test_api_is_503_not_500_when_the_database_is_unreachable(
-    settings: Settings, database_url: str, tmp_path: Any
+    unreachable_client: TestClient,
 ) -> None:
-    broken = settings.model_copy(update={"database_url": unreachable(database_url, tmp_path)})
-    app = create_app(broken)
-    app.state.background_starters.clear()
-    with TestClient(app) as client:
-        answers = [
-            # The token check itself needs the database.
-            client.get("/api/v1/nodes", headers={"Authorization": "Bearer ddk_whatever"}),
-            client.post(
-                "/api/v1/ingest/listandwatch",
-                json=listandwatch("node-a", [dev("gpu-0")], 1),
-                headers={"Authorization": "Bearer ddk_whatever"},
-            ),
-        ]
+    client = unreachable_client
+    answers = [
+        # The token check itself needs the database.
+        client.get("/api/v1/nodes", headers={"Authorization": "Bearer ddk_whatever"}),
+        client.post(
+            "/api/v1/ingest/listandwatch",
+            json=listandwatch("node-a", [dev("gpu-0")], 1),
+            headers={"Authorization": "Bearer ddk_whatever"},
+        ),
+    ]
     for response in answers:
         assert response.status_code == 503, response.text
         assert response.headers["retry-after"] == "1"
