@@ -49,6 +49,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.session_factory = make_session_factory(engine)
         event_loop_database = create_event_loop_database(settings.database_url)
         app.state.event_loop_database = event_loop_database
+        if event_loop_database is not None:
+            await event_loop_database.open()
         app.state.recent_content = RecentContent()
         metrics = ServiceMetrics()
         metrics.watch_inventory(

@@ -203,7 +203,7 @@ async def _unchanged_in_event_loop(
     if database is None:
         return None
     check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=utcnow())
-    return await record_unchanged_snapshot_async(database.autocommit, check)
+    return await record_unchanged_snapshot_async(database.statements, check)
 
 
 ApplySnapshot = Callable[..., IngestResult]

@@ -12,10 +12,11 @@ from enum import StrEnum
 from typing import Any, cast
 
 import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import CursorResult, bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from app.inventory.errors import ConflictingRepeat, Problem, StaleSnapshot
@@ -296,21 +297,25 @@ def record_unchanged_snapshot(session: Session, check: UnchangedCheck) -> bool:
 _ADVANCE_UNCHANGED_SQL = str(_ADVANCE_UNCHANGED_IN_ONE.compile(dialect=PGDialectAsync_psycopg()))
 
 
+# How long an unchanged snapshot waits for a pooled connection before it takes the full path
+# instead. A free connection normally comes within milliseconds; waiting longer means the
+# database is down (the pool is still reconnecting) or the service is overloaded, and the full
+# path reports either at once, as a 503.
+UNCHANGED_CONNECTION_WAIT = 0.5
+
+
 async def record_unchanged_snapshot_async(
-    engine: AsyncEngine, check: UnchangedCheck
+    pool: AsyncConnectionPool[AsyncConnection[Any]], check: UnchangedCheck
 ) -> bool | None:
-    """`record_unchanged_snapshot` for PostgreSQL on an autocommit async engine: the single
-    statement is its own transaction, and changes nothing when it returns False. None when it
-    could not run: the server dropped the pooled connection (which is then discarded), or
-    refused the statement for now. A failed statement changed nothing, and the full path, which
-    the caller takes next, meets the same trouble and reports it."""
-    async with engine.connect() as connection:
-        raw = await connection.get_raw_connection()
-        driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
-        try:
-            cursor = await driver.execute(_ADVANCE_UNCHANGED_SQL, check)
+    """`record_unchanged_snapshot` for PostgreSQL on a pool of autocommit connections: the
+    single statement is its own transaction, and changes nothing when it returns False. None
+    when it could not run: no connection came in time, the server dropped the pooled
+    connection (which the pool then discards), or refused the statement for now. A failed
+    statement changed nothing, and the full path, which the caller takes next, meets the same
+    trouble and reports it."""
+    try:
+        async with pool.connection(timeout=UNCHANGED_CONNECTION_WAIT) as connection:
+            cursor = await connection.execute(_ADVANCE_UNCHANGED_SQL, check)
             return await cursor.fetchone() is not None
-        except psycopg.OperationalError:
-            if driver.broken:
-                await connection.invalidate()
-            return None
+    except psycopg.OperationalError:  # PoolTimeout included
+        return None

@@ -21,10 +21,9 @@ from typing import Any
 
 import psycopg
 from fastapi import FastAPI
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import is_postgresql
+from app.db import is_postgresql, libpq_url
 from app.inventory.events import NOTIFY_CHANNEL
 from app.inventory.history import latest_event_id
 
@@ -101,12 +100,6 @@ async def poll_latest(hub: LiveHub, factory: sessionmaker[Session]) -> None:
             if latest != hub.latest:
                 hub.publish(latest)
         await asyncio.sleep(POLL_INTERVAL)
-
-
-def libpq_url(database_url: str) -> str:
-    """The SQLAlchemy URL as a libpq URI psycopg accepts (drops the +driver part)."""
-    url = make_url(database_url)
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def listen_for_events(hub: LiveHub, factory: sessionmaker[Session], conninfo: str) -> None:

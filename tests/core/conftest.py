@@ -238,13 +238,13 @@ def quiet_api(settings: Settings, auth: dict[str, str]) -> Iterator[Api]:
 
 @pytest.fixture
 def statements(quiet_api: Api) -> Iterator[StatementCounter]:
-    """Counts the statements quiet_api's app sends, on its engine and, on PostgreSQL, on the
-    async engines that ingest uses in the event loop."""
+    """Counts the statements quiet_api's app sends through SQLAlchemy: on its engine and, on
+    PostgreSQL, on the async engine that ingest uses in the event loop."""
     state = quiet_api.client.app.state  # type: ignore[attr-defined]
     engine: Engine = state.engine
     engines = [engine]
     if state.event_loop_database is not None:
-        engines += [e.sync_engine for e in state.event_loop_database.engines()]
+        engines.append(state.event_loop_database.transactional.sync_engine)
     counter = StatementCounter(engine)
     for watched in engines:
         event.listen(watched, "before_cursor_execute", counter._on_execute)

@@ -12,8 +12,8 @@ from sqlalchemy.engine import make_url
 
 from app.api.ingest import EVENT_LOOP_MAX_BODY
 from app.config import Settings
+from app.db import libpq_url
 from app.main import create_app
-from app.ui.live import libpq_url
 
 from .conftest import GPU, Api, dev, listandwatch
 
