@@ -89,8 +89,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.background_starters = []
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit)
-    app.include_router(service.router)
+    # Routes are matched in order, and ingest is what agents on every node call, every few
+    # seconds.
     app.include_router(ingest.router)
+    app.include_router(service.router)
     app.include_router(inventory.router)
     app.include_router(tokens.router)
     kube.install(app)

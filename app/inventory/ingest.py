@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -59,9 +59,6 @@ class IngestResult:
     allocated: int = 0
     released: int = 0
     events: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def kubelet_health(raw: str) -> str:
