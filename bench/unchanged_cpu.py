@@ -1,0 +1,203 @@
+"""CPU cost of an unchanged PodResources snapshot on PostgreSQL, code against code.
+
+Calls the ASGI app directly (no HTTP server, no load generator) in two processes: one runs the
+code of this checkout, the other the code of another checkout (a git worktree of an earlier
+commit). They take turns, a block of requests each, so both see the same machine; the result is
+the median ratio of CPU time per request, which a shared machine's swings in speed leave alone.
+
+    git worktree add /tmp/before <commit>
+    .venv/bin/python bench/unchanged_cpu.py --other /tmp/before --blocks 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+NODES = 50
+BLOCK = 100
+
+
+def create_database(name: str, checkout: Path) -> tuple[str, str]:
+    """A new database with the checkout's schema, and an ingest token for it."""
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    env = {**os.environ, "DEVICEDECK_DATABASE_URL": url}
+    command = [sys.executable, "-m", "app.cli"]
+    subprocess.run([*command, "migrate"], env=env, cwd=checkout, check=True, capture_output=True)
+    made = subprocess.run(
+        [*command, "token", "create", "--name", "bench", "--scope", "ingest"],
+        env=env,
+        cwd=checkout,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return url, made.stdout.strip().splitlines()[-1]
+
+
+async def post(app: Any, body: bytes, token: str) -> bytes:
+    path = "/api/v1/ingest/podresources"
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 50000),
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+    }
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if delivered:
+            await asyncio.Event().wait()
+        delivered = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    answer: list[bytes] = []
+    status: list[int] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+        elif message["type"] == "http.response.body":
+            answer.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    if status != [200]:
+        raise SystemExit(f"answered {status}: {b''.join(answer)!r}")
+    return b"".join(answer)
+
+
+async def serve_blocks(database: str) -> None:
+    """Child: set up, print "ready", then run one block per line read from stdin and print its
+    CPU milliseconds per request; an empty line ends it."""
+    sys.path.insert(0, str(Path.cwd()))
+    sys.path.insert(0, str(ROOT / "bench"))
+    from ingest import pods_snapshot  # the same snapshots as bench/ingest.py
+
+    from app.config import Settings
+    from app.main import create_app
+
+    url, token = create_database(database, Path.cwd())
+    os.environ["DEVICEDECK_LOG_LEVEL"] = "WARNING"
+    app = create_app(Settings(database_url=url))
+    nodes = [f"bench-node-{i:05d}" for i in range(NODES)]
+    seq = 1
+
+    def next_round() -> list[bytes]:
+        nonlocal seq
+        seq += 1
+        return [json.dumps(pods_snapshot(node, seq, 0)).encode() for node in nodes]
+
+    async with app.router.lifespan_context(app):
+        for _ in range(5):  # the first creates the nodes; the rest warm up
+            for body in next_round():
+                await post(app, body, token)
+        loop = asyncio.get_running_loop()
+        print("ready", flush=True)
+        while (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+            bodies: list[bytes] = []
+            while len(bodies) < BLOCK:
+                bodies += next_round()
+            started = time.process_time()
+            for body in bodies:
+                if b'"changed":false' not in await post(app, body, token):
+                    raise SystemExit("a repeated snapshot was not unchanged")
+            elapsed = time.process_time() - started
+            print(f"{elapsed / len(bodies) * 1000:.4f}", flush=True)
+
+
+class Child:
+    def __init__(self, checkout: Path, database: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", database],
+            cwd=checkout,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdin and self.process.stdout
+        self.stdin, self.stdout = self.process.stdin, self.process.stdout
+        if self.stdout.readline().strip() != "ready":
+            raise SystemExit(f"{checkout}: did not start")
+
+    def block(self) -> float:
+        self.stdin.write("go\n")
+        self.stdin.flush()
+        return float(self.stdout.readline())
+
+    def stop(self) -> None:
+        self.stdin.write("\n")
+        self.stdin.flush()
+        self.process.wait(timeout=60)
+
+
+def compare(other: Path, blocks: int) -> None:
+    this, that = Child(ROOT, "devicedeck_cpu_this"), Child(other, "devicedeck_cpu_other")
+    ratios, these, those = [], [], []
+    try:
+        for index in range(blocks):
+            # Alternate who goes first, so neither always follows the other.
+            if index % 2:
+                mine, theirs = this.block(), that.block()
+            else:
+                theirs, mine = that.block(), this.block()
+            these.append(mine)
+            those.append(theirs)
+            ratios.append(mine / theirs)
+    finally:
+        this.stop()
+        that.stop()
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(f"this checkout   CPU per unchanged snapshot: median {statistics.median(these):.3f} ms")
+    print(f"{other}  CPU per unchanged snapshot: median {statistics.median(those):.3f} ms")
+    print(
+        f"ratio this/other: median {statistics.median(ratios):.3f} "
+        f"(quartiles {quartiles[0]:.3f}..{quartiles[2]:.3f}, {blocks} blocks of {BLOCK})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--other", type=Path, help="another checkout to compare with")
+    parser.add_argument("--blocks", type=int, default=60)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        asyncio.run(serve_blocks(args.child))
+    elif args.other:
+        compare(args.other.resolve(), args.blocks)
+    else:
+        compare(ROOT, args.blocks)
+
+
+if __name__ == "__main__":
+    main()
