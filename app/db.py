@@ -60,10 +60,11 @@ class EventLoopDatabase:
 
     `statements` serves the one-statement unchanged-snapshot check, a transaction of its own,
     from a psycopg pool of autocommit connections: for that one statement, checking out and
-    returning a connection through SQLAlchemy cost a sixth of the request's CPU. `sessions`
-    serves the full path, one transaction per snapshot. Neither checks a pooled connection
-    before use, which would add a round trip to every snapshot: a caller that meets a dropped
-    connection takes the synchronous path, whose engine checks first.
+    returning a connection through SQLAlchemy cost about a quarter of the request's CPU.
+    `sessions` serves the full path, one transaction per snapshot. Neither checks a pooled
+    connection before use, which would add a round trip to every snapshot. A check that meets a
+    dropped connection leaves the snapshot to the full path; the full path, when it meets one,
+    goes to the synchronous engine, which checks its connections first.
     """
 
     def __init__(self, url: str) -> None:

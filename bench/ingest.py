@@ -50,25 +50,35 @@ def free_port() -> int:
 def database_url(kind: str, workdir: Path) -> str:
     if kind == "sqlite":
         return f"sqlite:///{workdir / 'bench.db'}"
-    name = "devicedeck_bench"
+    return new_postgres_database("devicedeck_bench")
+
+
+def new_postgres_database(name: str) -> str:
+    """An empty PostgreSQL database of that name (dropped first if it exists), as a URL."""
     with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
 
 
-def start_service(url: str, port: int, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    env = {**os.environ, "DEVICEDECK_DATABASE_URL": url, "DEVICEDECK_LOG_LEVEL": "WARNING"}
-    subprocess.run([*DEVICEDECK, "migrate"], env=env, check=True, cwd=ROOT, capture_output=True)
+def migrate_and_create_token(env: dict[str, str], checkout: Path) -> str:
+    """Migrates the database in env with the checkout's code; returns a new token with the
+    ingest and read scopes."""
+    subprocess.run([*DEVICEDECK, "migrate"], env=env, check=True, cwd=checkout, capture_output=True)
     made = subprocess.run(
         [*DEVICEDECK, "token", "create", "--name", "bench", "--scope", "ingest", "--scope", "read"],
         env=env,
         check=True,
-        cwd=ROOT,
+        cwd=checkout,
         capture_output=True,
         text=True,
     )
-    token = made.stdout.strip().splitlines()[-1]
+    return made.stdout.strip().splitlines()[-1]
+
+
+def start_service(url: str, port: int, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    env = {**os.environ, "DEVICEDECK_DATABASE_URL": url, "DEVICEDECK_LOG_LEVEL": "WARNING"}
+    token = migrate_and_create_token(env, ROOT)
     log = open(workdir / "service.log", "wb")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(
         [*DEVICEDECK, "serve", "--port", str(port), "--no-migrate"],

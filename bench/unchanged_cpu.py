@@ -22,31 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
+from ingest import migrate_and_create_token, new_postgres_database, pods_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 50
 BLOCK = 100
-
-
-def create_database(name: str, checkout: Path) -> tuple[str, str]:
-    """A new database with the checkout's schema, and an ingest token for it."""
-    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    env = {**os.environ, "DEVICEDECK_DATABASE_URL": url}
-    command = [sys.executable, "-m", "app.cli"]
-    subprocess.run([*command, "migrate"], env=env, cwd=checkout, check=True, capture_output=True)
-    made = subprocess.run(
-        [*command, "token", "create", "--name", "bench", "--scope", "ingest"],
-        env=env,
-        cwd=checkout,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return url, made.stdout.strip().splitlines()[-1]
 
 
 async def post(app: Any, body: bytes, token: str) -> bytes:
@@ -97,14 +77,13 @@ async def post(app: Any, body: bytes, token: str) -> bytes:
 async def serve_blocks(database: str) -> None:
     """Child: set up, print "ready", then run one block per line read from stdin and print its
     CPU milliseconds per request; an empty line ends it."""
+    # The app comes from the checkout this child runs in, which may not be this one.
     sys.path.insert(0, str(Path.cwd()))
-    sys.path.insert(0, str(ROOT / "bench"))
-    from ingest import pods_snapshot  # the same snapshots as bench/ingest.py
-
     from app.config import Settings
     from app.main import create_app
 
-    url, token = create_database(database, Path.cwd())
+    url = new_postgres_database(database)
+    token = migrate_and_create_token({**os.environ, "DEVICEDECK_DATABASE_URL": url}, Path.cwd())
     os.environ["DEVICEDECK_LOG_LEVEL"] = "WARNING"
     app = create_app(Settings(database_url=url))
     nodes = [f"bench-node-{i:05d}" for i in range(NODES)]
