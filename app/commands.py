@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,15 +54,30 @@ def run_serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     if not args.no_migrate:
         upgrade_to_head(settings.database_url)
+    app = create_app(settings)
+    freeze_startup_objects()
     print(f"Devicedeck is serving on http://{args.host}:{args.port}/", flush=True)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=args.host,
         port=args.port,
         log_config=None,
         access_log=False,
     )
     return 0
+
+
+def freeze_startup_objects() -> None:
+    """Keep what startup built out of the garbage collector's full collections.
+
+    Modules, models, routes and schemas are most of the heap and live as long as the process.
+    Every full collection used to scan them all, holding up each request in flight for tens of
+    milliseconds: frozen, the ingest benchmark's changed-snapshot p99 went from 105-146 ms to
+    40-50 ms. Startup's garbage goes first, as reference cycles among frozen objects are never
+    collected.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def run_migrate(_args: argparse.Namespace) -> int:
