@@ -97,6 +97,35 @@ def validation_details(errors: list[dict[str, Any]]) -> list[dict[str, str]]:
     return details
 
 
+JSON_MEDIA_TYPE = "application/json"
+
+
+def _is_json(content_type: str | None) -> bool:
+    media_type = (content_type or "").partition(";")[0].strip().lower()
+    return media_type == JSON_MEDIA_TYPE or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
+def _body_not_sent_as_json(request: Request, errors: list[dict[str, Any]]) -> bool:
+    """A body sent without a JSON Content-Type (curl -d sends a form unless told otherwise) is
+    not parsed, and fails as "not an object": worth a clearer answer."""
+    return not _is_json(request.headers.get("content-type")) and any(
+        tuple(err.get("loc", ())) == ("body",) and err.get("type") != "missing" for err in errors
+    )
+
+
+def _not_json_response(request: Request) -> JSONResponse:
+    sent = request.headers.get("content-type")
+    message = f"must be {JSON_MEDIA_TYPE}, not {sent!r}" if sent else f"must be {JSON_MEDIA_TYPE}"
+    return error_response(
+        415,
+        "unsupported_media_type",
+        f"the body must be JSON, sent with Content-Type: {JSON_MEDIA_TYPE}",
+        [{"field": "content-type", "rule": "media_type", "message": message}],
+    )
+
+
 def _unavailable() -> JSONResponse:
     return error_response(
         503,
@@ -108,8 +137,11 @@ def _unavailable() -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        details = validation_details(list(exc.errors()))
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if _body_not_sent_as_json(request, errors):
+            return _not_json_response(request)
+        details = validation_details(errors)
         summary = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
         return error_response(422, "invalid_input", f"invalid input: {summary}", details)
 

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import Ingester
-from app.api.models import ErrorOut
+from app.api.models import NOT_JSON, ErrorOut
 from app.clock import utcnow
 from app.config import Settings
 from app.db import EventLoopDatabase, write_session
@@ -46,6 +46,7 @@ INGEST_ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "an older seq of the same boot, or a seq reused with other content",
     },
     413: {"model": ErrorOut, "description": "request body over the limit"},
+    **NOT_JSON,
     422: {"model": ErrorOut, "description": "the snapshot breaks a rule; nothing was changed"},
 }
 

@@ -19,7 +19,7 @@ from app.api.kube_models import (
     ExtendedResourceIn,
     KubePodOut,
 )
-from app.api.models import ErrorOut
+from app.api.models import NOT_JSON, ErrorOut
 from app.clock import utcnow
 from app.inventory.pages import DEFAULT_LIMIT, MAX_LIMIT
 from app.kube.dra_queries import DraFilters, list_dra_devices
@@ -116,7 +116,7 @@ def dra_devices(
 @router.put(
     "/nodes/{node}/extended-resources/{resource:path}",
     response_model=ExtendedResourceChangeOut,
-    responses=ADMIN_ERRORS,
+    responses={**ADMIN_ERRORS, **NOT_JSON},
     summary="Advertise (or change) an extended resource on the node's status.capacity",
 )
 def set_extended_resource(

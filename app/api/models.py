@@ -175,3 +175,9 @@ class ErrorInfo(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorInfo
+
+
+# For the routes that take a JSON body.
+NOT_JSON: dict[int | str, dict[str, Any]] = {
+    415: {"model": ErrorOut, "description": "the body was not sent as application/json"},
+}

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import Admin, ReadSession, SessionFactory, token_cache
 from app.api.envelope import ListEnvelope, envelope
-from app.api.models import ErrorOut
+from app.api.models import NOT_JSON, ErrorOut
 from app.auth import create_token, list_tokens, revoke_token
 from app.clock import utcnow
 from app.db import write_session
@@ -65,7 +65,7 @@ def tokens(request: Request, session: ReadSession, _: Admin) -> dict[str, Any]:
     "",
     response_model=CreatedToken,
     status_code=201,
-    responses={422: {"model": ErrorOut, "description": "bad name or scope"}},
+    responses={422: {"model": ErrorOut, "description": "bad name or scope"}, **NOT_JSON},
     summary="Create a token; the response is the only time its secret is shown",
 )
 def create(factory: SessionFactory, _: Admin, body: Annotated[NewToken, Body()]) -> dict[str, Any]:

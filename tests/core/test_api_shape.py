@@ -60,6 +60,24 @@ def test_every_api_route_refuses_a_missing_token_in_the_error_shape(client: Test
         assert error["code"] == "unauthorized"
 
 
+def test_every_json_body_route_says_so_when_sent_a_form(api: Api) -> None:
+    body_routes = [
+        (method, path, operation)
+        for method, path, operation in api_operations(api.client)
+        if "requestBody" in operation
+    ]
+    assert len(body_routes) >= 4
+    headers = {**api.headers, "content-type": "application/x-www-form-urlencoded"}
+    for method, path, operation in body_routes:
+        assert "415" in operation["responses"], (method, path)
+        response = api.client.request(method, fill(path), content=b"name=x", headers=headers)
+        error = assert_error_shape(response, 415)
+        assert error["code"] == "unsupported_media_type"
+        assert [(d["field"], d["rule"]) for d in error["details"]] == [
+            ("content-type", "media_type")
+        ]
+
+
 def populate(api: Api, nodes: int = 3) -> None:
     for n in range(nodes):
         node = f"node-{n:02d}"

@@ -363,6 +363,29 @@ def test_body_that_is_not_json_or_not_an_object(seeded: Api, db_rows: Callable[.
     assert db_rows() == before
 
 
+def test_body_not_sent_as_json_is_415_naming_the_header(
+    seeded: Api, db_rows: Callable[..., dict]
+) -> None:
+    """What `curl -d @snapshot.json` sends without `-H 'Content-Type: application/json'`."""
+    before = db_rows()
+    raw = json.dumps(good_law()).encode()
+    for content_type in ("application/x-www-form-urlencoded", "text/plain", None):
+        headers = dict(seeded.headers)
+        if content_type:
+            headers["content-type"] = content_type
+        response = seeded.client.post(LAW, content=raw, headers=headers)
+        assert_refused(response, "content-type", "media_type", status=415)
+        error = response.json()["error"]
+        assert error["code"] == "unsupported_media_type"
+        assert "application/json" in error["message"]
+        if content_type:
+            assert content_type in error["details"][0]["message"]
+    assert db_rows() == before
+    # A charset parameter is still JSON.
+    headers = {**seeded.headers, "content-type": "application/json; charset=utf-8"}
+    assert seeded.client.post(LAW, content=raw, headers=headers).status_code == 200
+
+
 @pytest.fixture
 def small_body_api(make_api: MakeApi) -> Api:
     return make_api(body_limit=2048)
