@@ -124,18 +124,27 @@ def devices(
 
 
 @router.get(
-    "/devices/{device_id}",
+    "/devices/{id}",
     response_model=DeviceDetailOut,
     responses=NOT_FOUND,
     summary="One device with its health history and allocation history",
 )
 def device(
-    device_id: Annotated[int, Path(ge=1, le=MAX_KEY)],
+    pk: Annotated[
+        int,
+        Path(
+            alias="id",
+            ge=1,
+            le=MAX_KEY,
+            description="the device's `id` in this API; to find a device by the ID its plugin "
+            "reports, search with `GET /api/v1/devices?q=`",
+        ),
+    ],
     session: ReadSession,
     _: Reader,
     clock: QueryClock,
 ) -> dict[str, Any]:
-    return get_device(session, device_id, clock)
+    return get_device(session, pk, clock)
 
 
 @router.get("/pods", response_model=ListEnvelope[PodOut], summary="Pods holding devices now")

@@ -153,8 +153,11 @@ def test_error_shape_for_not_found_and_bad_path_and_method(api: Api) -> None:
         assert error["code"] == "not_found"
     error = assert_error_shape(api.client.delete("/api/v1/tokens/nobody", headers=api.headers), 404)
     assert error["code"] == "not_found"
-    error = assert_error_shape(api.client.get("/api/v1/devices/abc", headers=api.headers), 422)
-    assert [(d["field"], d["rule"]) for d in error["details"]] == [("device_id", "int_parsing")]
+    # A plugin's device ID in place of the API's id: the error names `id`, not `device_id`.
+    error = assert_error_shape(
+        api.client.get("/api/v1/devices/GPU-3cd8ff23", headers=api.headers), 422
+    )
+    assert [(d["field"], d["rule"]) for d in error["details"]] == [("id", "int_parsing")]
     error = assert_error_shape(api.client.delete("/api/v1/devices", headers=api.headers), 405)
     assert error["code"] == "method_not_allowed"
     error = assert_error_shape(
@@ -333,7 +336,7 @@ def test_nul_characters_in_parameters_are_422(api: Api) -> None:
 def test_ids_beyond_the_database_range_are_422(api: Api) -> None:
     for value in (2**63, 2**70, 0, -1):
         response = api.client.get(f"/api/v1/devices/{value}", headers=api.headers)
-        assert [field for field, _ in details(response)] == ["device_id"], value
+        assert [field for field, _ in details(response)] == ["id"], value
         response = api.client.get("/api/v1/events", params={"device": value}, headers=api.headers)
         assert [field for field, _ in details(response)] == ["device"], value
     assert api.client.get(f"/api/v1/devices/{2**63 - 1}", headers=api.headers).status_code == 404
