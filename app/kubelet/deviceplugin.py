@@ -32,7 +32,7 @@ from app.kubelet.paths import (
 )
 from app.kubelet.preferred_allocation import choose_preferred_devices
 from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
-from app.kubelet.socket_watch import DirectoryWatcher
+from app.kubelet.socket_watch import DirectoryWatcher, SocketIdentity, socket_identity
 
 __all__ = [
     "API_VERSION",
@@ -104,6 +104,9 @@ class DevicePluginServer:
         self._server: grpc.Server | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._socket_inode: int | None = None
+        # The kubelet.sock the last registration went to, so that one kubelet is not
+        # registered with twice: each registration makes it replace the plugin's endpoint.
+        self._registered_with: SocketIdentity | None = None
         self._watcher: DirectoryWatcher | None = None
         self._set_devices_locked(devices)
         self.streams = StreamHub(self._snapshot_locked())
@@ -198,7 +201,12 @@ class DevicePluginServer:
     def _on_dir_change(self, created: set[str], removed: set[str]) -> None:
         if self._stopping:
             return
-        register = KUBELET_SOCKET_NAME in created
+        # The creation of a kubelet.sock this plugin has already registered with arrives
+        # after the registration when the plugin re-served its own socket in between.
+        register = (
+            KUBELET_SOCKET_NAME in created
+            and socket_identity(self.kubelet_socket_path) != self._registered_with
+        )
         # Our own unlink-before-bind also shows up as a removal; only a socket that is
         # really gone (a new kubelet cleaned the directory) means serving again.
         if self.socket_name in removed and not self._own_socket_present():
@@ -218,6 +226,7 @@ class DevicePluginServer:
             resource_name=self.resource_name,
             options=self.options,
         )
+        kubelet = socket_identity(self.kubelet_socket_path)
         channel = grpc.insecure_channel(unix_target(self.kubelet_socket_path))
         with self._lock:
             if self._stopping:
@@ -244,6 +253,7 @@ class DevicePluginServer:
             channel.close()
         with self._changed:
             self._registrations += 1
+            self._registered_with = kubelet
             self._changed.notify_all()
         log.info(
             "event=registered resource=%s endpoint=%s count=%d",

@@ -98,3 +98,17 @@ class DirectoryWatcher:
             if gone:
                 log.warning("event=watched_dir_removed dir=%s", self.directory)
                 return
+
+
+# Device, inode and change time: a socket re-created at the same path, even on a reused inode,
+# is another socket.
+SocketIdentity = tuple[int, int, int]
+
+
+def socket_identity(path: Path) -> SocketIdentity | None:
+    """Which socket is at path now; None when nothing is."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_ctime_ns)

@@ -14,7 +14,7 @@ from app.kubelet.deviceplugin import (
     DevicePluginServer,
     PluginDevice,
 )
-from app.kubelet.paths import KubeletPaths, unix_target
+from app.kubelet.paths import KUBELET_SOCKET_NAME, KubeletPaths, unix_target
 from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
 
 from .fakes import FakeKubeletRegistration
@@ -153,6 +153,30 @@ def test_registers_again_when_the_kubelet_restarts(
             )
             assert len(next(stream).devices) == 4
             stream.cancel()
+    finally:
+        restarted.stop()
+
+
+def test_registers_once_per_kubelet_when_its_socket_creation_is_reported_late(
+    kubelet_root: KubeletPaths, fake_kubelet: FakeKubeletRegistration, plugin: EnvPlugin
+) -> None:
+    """A restarting kubelet deletes the plugin's socket and creates kubelet.sock. When the
+    plugin re-serves its socket in between, it finds kubelet.sock already there and registers;
+    the report of kubelet.sock's creation comes after. A second registration would make the
+    kubelet replace the plugin's endpoint, failing any Allocate in flight on the first."""
+    assert plugin.wait_for_registration(1)
+    plugin._on_dir_change({KUBELET_SOCKET_NAME}, set())
+    assert len(fake_kubelet.requests) == 1
+    assert plugin.registration_count == 1
+    # A kubelet.sock that is another socket is a new kubelet: register with it.
+    fake_kubelet.stop()
+    restarted = FakeKubeletRegistration(kubelet_root.kubelet_socket)
+    restarted.start()
+    try:
+        assert plugin.wait_for_registration(2)
+        plugin._on_dir_change({KUBELET_SOCKET_NAME}, set())
+        assert len(restarted.requests) == 1
+        assert plugin.registration_count == 2
     finally:
         restarted.stop()
 
