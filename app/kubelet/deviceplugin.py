@@ -104,9 +104,9 @@ class DevicePluginServer:
         self._server: grpc.Server | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._socket_inode: int | None = None
-        # The kubelet.sock the last registration went to, so that one kubelet is not
-        # registered with twice: each registration makes it replace the plugin's endpoint.
+        # The kubelet.sock the last registration went to (see register()).
         self._registered_with: SocketIdentity | None = None
+        self._registering = threading.Lock()
         self._watcher: DirectoryWatcher | None = None
         self._set_devices_locked(devices)
         self.streams = StreamHub(self._snapshot_locked())
@@ -201,32 +201,41 @@ class DevicePluginServer:
     def _on_dir_change(self, created: set[str], removed: set[str]) -> None:
         if self._stopping:
             return
-        # The creation of a kubelet.sock this plugin has already registered with arrives
-        # after the registration when the plugin re-served its own socket in between.
-        register = (
-            KUBELET_SOCKET_NAME in created
-            and socket_identity(self.kubelet_socket_path) != self._registered_with
-        )
         # Our own unlink-before-bind also shows up as a removal; only a socket that is
-        # really gone (a new kubelet cleaned the directory) means serving again.
+        # really gone (a new kubelet cleaned the directory) means serving again, and the
+        # kubelet must be told of the new socket.
         if self.socket_name in removed and not self._own_socket_present():
             log.info("event=socket_removed socket=%s action=reserve", self.socket_path)
             self._stop_server(grace=0)
             self._serve()
-            register = True
-        if register and self.kubelet_socket_path.exists():
+            if self.kubelet_socket_path.exists():
+                self.register()
+        elif KUBELET_SOCKET_NAME in created and self.kubelet_socket_path.exists():
             log.info("event=kubelet_socket_created socket=%s", self.kubelet_socket_path)
-            self.register()
+            # The report of a kubelet.sock comes late when the plugin registered with it in
+            # between (re-serving its own socket, or starting).
+            self.register(unless_registered=True)
 
-    def register(self) -> bool:
-        """Call Registration.Register on kubelet.sock; True when the kubelet accepted."""
+    def register(self, *, unless_registered: bool = False) -> bool:
+        """Call Registration.Register on kubelet.sock; True when the kubelet accepted.
+
+        With `unless_registered`, a kubelet.sock this plugin last registered with is left
+        alone: each registration makes the kubelet replace the plugin's endpoint, failing an
+        Allocate in flight on the one it replaces. Registrations run one at a time, so such a
+        call waits for one in flight and then sees it."""
+        with self._registering:
+            kubelet = socket_identity(self.kubelet_socket_path)
+            if unless_registered and kubelet is not None and kubelet == self._registered_with:
+                return True
+            return self._register_with(kubelet)
+
+    def _register_with(self, kubelet: SocketIdentity | None) -> bool:
         request = deviceplugin_pb2.RegisterRequest(
             version=API_VERSION,
             endpoint=self.socket_name,
             resource_name=self.resource_name,
             options=self.options,
         )
-        kubelet = socket_identity(self.kubelet_socket_path)
         channel = grpc.insecure_channel(unix_target(self.kubelet_socket_path))
         with self._lock:
             if self._stopping:
