@@ -21,7 +21,6 @@ Candidate 3 is checked the same way once the kubelet has reported devices for th
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +35,10 @@ from app.kubelet.paths import (
     unix_target,
 )
 from app.kubelet.proto import pluginregistration_pb2, pluginregistration_pb2_grpc
+from app.kubelet.socket_watch import socket_id
 
 DEVICE_PLUGIN_TYPE = "DevicePlugin"
 RPC_TIMEOUT_SECONDS = 2.0
-
-SocketId = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -66,16 +64,6 @@ class Candidate:
     method: str
     # Accept only when the first message lists devices the kubelet knows for the resource.
     verify: bool
-
-
-def socket_id(path: Path) -> SocketId | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    if not stat.S_ISSOCK(st.st_mode):
-        return None
-    return (st.st_dev, st.st_ino)
 
 
 def _sockets_in(directory: Path) -> list[Path]:

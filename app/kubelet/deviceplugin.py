@@ -32,7 +32,7 @@ from app.kubelet.paths import (
 )
 from app.kubelet.preferred_allocation import choose_preferred_devices
 from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
-from app.kubelet.socket_watch import DirectoryWatcher, SocketIdentity, socket_identity
+from app.kubelet.socket_watch import DirectoryWatcher, SocketId, socket_id
 
 __all__ = [
     "API_VERSION",
@@ -105,7 +105,7 @@ class DevicePluginServer:
         self._executor: ThreadPoolExecutor | None = None
         self._socket_inode: int | None = None
         # The kubelet.sock the last registration went to (see register()).
-        self._registered_with: SocketIdentity | None = None
+        self._registered_with: SocketId | None = None
         self._registering = threading.Lock()
         self._watcher: DirectoryWatcher | None = None
         self._set_devices_locked(devices)
@@ -224,12 +224,12 @@ class DevicePluginServer:
         Allocate in flight on the one it replaces. Registrations run one at a time, so such a
         call waits for one in flight and then sees it."""
         with self._registering:
-            kubelet = socket_identity(self.kubelet_socket_path)
+            kubelet = socket_id(self.kubelet_socket_path)
             if unless_registered and kubelet is not None and kubelet == self._registered_with:
                 return True
             return self._register_with(kubelet)
 
-    def _register_with(self, kubelet: SocketIdentity | None) -> bool:
+    def _register_with(self, kubelet: SocketId | None) -> bool:
         request = deviceplugin_pb2.RegisterRequest(
             version=API_VERSION,
             endpoint=self.socket_name,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -100,15 +101,17 @@ class DirectoryWatcher:
                 return
 
 
-# Device, inode and change time: a socket re-created at the same path, even on a reused inode,
-# is another socket.
-SocketIdentity = tuple[int, int, int]
+# Device, inode and change time: which socket is at a path. A socket re-created there is
+# another one even when the filesystem hands it the inode number of the one removed.
+SocketId = tuple[int, int, int]
 
 
-def socket_identity(path: Path) -> SocketIdentity | None:
-    """Which socket is at path now; None when nothing is."""
+def socket_id(path: Path) -> SocketId | None:
+    """The socket at path now; None when there is none."""
     try:
-        found = path.stat()
+        st = path.stat()
     except OSError:
         return None
-    return (found.st_dev, found.st_ino, found.st_ctime_ns)
+    if not stat.S_ISSOCK(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
