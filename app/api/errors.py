@@ -107,16 +107,15 @@ def _is_json(content_type: str | None) -> bool:
     )
 
 
-def _body_not_sent_as_json(request: Request, errors: list[dict[str, Any]]) -> bool:
+def _body_not_sent_as_json(content_type: str | None, errors: list[dict[str, Any]]) -> bool:
     """A body sent without a JSON Content-Type (curl -d sends a form unless told otherwise) is
     not parsed, and fails as "not an object": worth a clearer answer."""
-    return not _is_json(request.headers.get("content-type")) and any(
+    return not _is_json(content_type) and any(
         tuple(err.get("loc", ())) == ("body",) and err.get("type") != "missing" for err in errors
     )
 
 
-def _not_json_response(request: Request) -> JSONResponse:
-    sent = request.headers.get("content-type")
+def _not_json_response(sent: str | None) -> JSONResponse:
     message = f"must be {JSON_MEDIA_TYPE}, not {sent!r}" if sent else f"must be {JSON_MEDIA_TYPE}"
     return error_response(
         415,
@@ -139,8 +138,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
-        if _body_not_sent_as_json(request, errors):
-            return _not_json_response(request)
+        content_type = request.headers.get("content-type")
+        if _body_not_sent_as_json(content_type, errors):
+            return _not_json_response(content_type)
         details = validation_details(errors)
         summary = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
         return error_response(422, "invalid_input", f"invalid input: {summary}", details)
