@@ -12,7 +12,6 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import Ingester
 from app.api.models import NOT_JSON, ErrorOut
 from app.clock import utcnow
 from app.config import Settings
@@ -35,6 +34,7 @@ from app.inventory.schemas import (
     check_snapshot_size,
 )
 from app.metrics import ServiceMetrics
+from app.web.principal import Ingester
 
 router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
 

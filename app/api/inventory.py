@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from app.api.deps import QueryClock, Reader, ReadSession
 from app.api.envelope import ListEnvelope, envelope
 from app.api.models import (
     DeviceDetailOut,
@@ -31,6 +30,8 @@ from app.inventory.queries import (
     list_nodes,
     list_resources,
 )
+from app.web.principal import Reader
+from app.web.sessions import QueryClock, ReadSession
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},

@@ -6,12 +6,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
-from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.api.deps import Admin, CurrentSettings, Reader, ReadSession, SessionFactory
 from app.api.envelope import ListEnvelope, envelope
-from app.api.errors import error_response
 from app.api.kube_models import (
     ClusterStatusOut,
     DraDeviceOut,
@@ -21,13 +18,14 @@ from app.api.kube_models import (
 )
 from app.api.models import NOT_JSON, ErrorOut
 from app.clock import utcnow
+from app.inventory.cluster_pods import KubePodFilters, list_kube_pods
+from app.inventory.dra_devices import DraFilters, list_dra_devices
 from app.inventory.pages import DEFAULT_LIMIT, MAX_LIMIT
-from app.kube.dra_queries import DraFilters, list_dra_devices
-from app.kube.errors import KubeError
 from app.kube.extended_admin import change_extended_resource
-from app.kube.pod_queries import KubePodFilters, list_kube_pods
 from app.kube.status import cluster_status
 from app.kube.watcher import start_cluster_integration
+from app.web.principal import Admin, Reader
+from app.web.sessions import CurrentSettings, ReadSession, SessionFactory
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
@@ -165,15 +163,9 @@ def _change(
     )
 
 
-async def _kube_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, KubeError)
-    return error_response(exc.status, exc.code, exc.message, [p.as_dict() for p in exc.problems])
-
-
 def install(app: FastAPI) -> None:
-    """Routes, the error handler that keeps the API server's status, and the watcher starter."""
+    """Routes and the watcher starter; a KubeError carries its own status (app/web/errors.py)."""
     app.state.kube_api = None
     app.state.kube_problem = None
     app.include_router(router)
-    app.add_exception_handler(KubeError, _kube_error)
     app.state.background_starters.append(start_cluster_integration)

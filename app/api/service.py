@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from app.api.deps import SessionFactory
+from app.web.sessions import SessionFactory
 
 router = APIRouter(tags=["service"])
 

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
 
-from app.api.deps import Admin, ReadSession, SessionFactory, token_cache
 from app.api.envelope import ListEnvelope, envelope
 from app.api.models import NOT_JSON, ErrorOut
 from app.auth import create_token, list_tokens, revoke_token
@@ -16,6 +15,8 @@ from app.clock import utcnow
 from app.db import write_session
 from app.inventory.models import ApiToken
 from app.inventory.pages import Page
+from app.web.principal import Admin, token_cache
+from app.web.sessions import ReadSession, SessionFactory
 
 router = APIRouter(
     prefix="/api/v1/tokens",

@@ -1,4 +1,5 @@
-"""Domain errors. The API turns each into one HTTP status; domain code never speaks HTTP."""
+"""Domain errors. The web layer (app/web/errors.py) turns each into one status; an error whose
+status depends on more than its kind (what the Kubernetes API server answered) carries it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ class Problem:
 
 class DomainError(Exception):
     code = "error"
+    # None: the web layer's mapping by kind decides.
+    status: int | None = None
 
     def __init__(self, message: str, problems: list[Problem] | None = None) -> None:
         super().__init__(message)

@@ -18,8 +18,8 @@ from app.inventory.models import (
     NodeResource,
     PluginRegistration,
 )
+from app.inventory.node_status import kube_node_details
 from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
-from app.kube.node_view import kube_node_details
 
 HEALTH_EVENT_KINDS = ("device_added", "health_changed", "device_removed", "device_reappeared")
 HISTORY_LIMIT = 500

@@ -275,6 +275,6 @@ class Setting(Base):
     updated_at: Mapped[datetime]
 
 
-# Tables the cluster watcher fills live with their code; importing them here keeps
+# The cluster tables (filled by the cluster watcher) live in their own module; importing it keeps
 # Base.metadata complete for Alembic, the schema check and the tests' TRUNCATE.
-from app.kube import models as _kube_models  # noqa: E402,F401
+from app.inventory import cluster_models as _cluster_models  # noqa: E402,F401

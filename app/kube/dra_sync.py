@@ -1,7 +1,7 @@
 """DRA objects (resource.k8s.io/v1): ResourceSlices -> dra_devices, ResourceClaims -> dra_claims.
 
 Slices are stored as the API server has them, every generation; readers keep only the highest
-pool generation per (driver, pool), as DRA consumers must (see app/kube/dra_queries.py).
+pool generation per (driver, pool), as DRA consumers must (see app/inventory/dra_devices.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from app.kube.models import DraClaim, DraClaimDevice, DraDevice
+from app.inventory.cluster_models import DraClaim, DraClaimDevice, DraDevice
 
 
 def _single_value(value: Any) -> Any:

@@ -13,7 +13,7 @@ KUBE_OFF_MESSAGE = (
 class KubeError(DomainError):
     """Something the API server said or could not say; `status` is what our API answers."""
 
-    status = 503
+    status: int | None = 503
 
     def __init__(self, message: str, problems: list[Problem] | None = None, status: int = 0):
         super().__init__(message, problems)

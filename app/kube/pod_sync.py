@@ -14,13 +14,13 @@ from typing import Any
 from sqlalchemy import and_, delete, exists, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
+from app.inventory.cluster_models import KubePod
 from app.inventory.events import EventLog
+from app.inventory.extended_resources import is_extended_resource, quantity
 from app.inventory.ingest import HEALTHY, UNHEALTHY
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
 from app.inventory.nodes import forget_content_hash, listandwatch_stream
-from app.kube.models import KubePod
 from app.kube.node_sync import ACTOR
-from app.kube.resources import is_extended_resource, quantity
 
 HEALTH_SOURCE = "pod_status"
 TERMINAL_PHASES = ("Succeeded", "Failed")

@@ -23,7 +23,7 @@ from app.kube.errors import KubeUnavailable
 from app.kube.reflector import Reflector, Sync
 
 if TYPE_CHECKING:
-    from app.main import BackgroundTasks
+    from app.background import BackgroundTasks
 
 log = logging.getLogger(__name__)
 

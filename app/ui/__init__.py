@@ -15,6 +15,7 @@ def install_ui(app: FastAPI) -> None:
     from app.ui.access import install_access_handlers
     from app.ui.assets import missing_assets
     from app.ui.cache import PageCache
+    from app.ui.error_page import page_error
     from app.ui.live import start_live_updates
     from app.ui.routes import devices, events, extended, login, nodes, overview, pods
     from app.ui.security import SecurityHeadersMiddleware
@@ -29,6 +30,7 @@ def install_ui(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(SecurityHeadersMiddleware)
     install_access_handlers(app)
+    app.state.error_page = page_error
     app.state.background_starters.append(start_live_updates)
     missing = missing_assets()
     if missing:

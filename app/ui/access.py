@@ -12,10 +12,10 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.api.deps import current_principal
 from app.auth import ANONYMOUS_ADMIN, Principal
 from app.config import AuthMode, Settings
 from app.ui.render import render_error
+from app.web.principal import current_principal
 
 
 class LoginRequired(Exception):

@@ -10,7 +10,7 @@ from app.db import write_session
 from app.inventory.models import Allocation, Device, Node
 
 from .conftest import GPU, NIC, Ingest, Pages, dev, held, typical_cluster
-from .dom import Element
+from .dom import Element, parse
 
 LIST_PAGES = ["/", "/nodes", "/devices", "/pods", "/events"]
 
@@ -303,3 +303,21 @@ def test_bad_filters_get_422_naming_field_and_rule(pages: Pages) -> None:
         alert = page.one(role="alert")
         assert alert.one("code").text == field, path
         assert f"rule: {rule}" in alert.clean_text, path
+
+
+def test_errors_raised_before_a_page_runs_answer_the_error_page(pages: Pages) -> None:
+    """A NUL in the query string is refused for every route before the route runs: a page
+    answers it with the HTML error page, as it does a too-long value, and /api with JSON."""
+    response = pages.get("/devices?q=a%00b", expect=422)
+    assert response.headers["content-type"].startswith("text/html")
+    page = parse(response.text)
+    assert page.one("h1").text == "Invalid input"
+    assert "rule: no_nul" in page.one("li").clean_text and page.one("code").text == "q"
+    api = pages.get("/api/v1/devices?q=a%00b", expect=422)
+    assert api.json()["error"]["details"][0] == {
+        "field": "q",
+        "rule": "no_nul",
+        "message": "must not contain NUL characters",
+    }
+    refused = pages.client.post("/devices", headers=pages.headers)
+    assert refused.status_code == 405 and refused.headers["content-type"].startswith("text/html")

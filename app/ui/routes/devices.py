@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from app.api.deps import QueryClock, ReadSession
 from app.inventory.dashboard import resource_names
 from app.inventory.errors import NotFound
 from app.inventory.history import EventFilters, list_events
@@ -17,6 +16,7 @@ from app.ui.forms import RESOURCE_MAX, Form
 from app.ui.lists import list_view, run_list_query
 from app.ui.render import View, render_error, respond
 from app.ui.svg import timeline
+from app.web.sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 

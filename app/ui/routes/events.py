@@ -5,13 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from app.api.deps import ReadSession
 from app.inventory.events import EVENT_KINDS
 from app.inventory.history import EventFilters, list_events
 from app.ui.access import Viewer
 from app.ui.forms import RESOURCE_MAX, Form
 from app.ui.lists import list_view, run_list_query
 from app.ui.render import respond
+from app.web.sessions import ReadSession
 
 router = APIRouter(include_in_schema=False)
 

@@ -12,13 +12,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.errors import STATUS_BY_ERROR
 from app.inventory.errors import DomainError, InvalidInput, Problem
-from app.kube.errors import KubeError
 from app.kube.extended_admin import change_extended_resource
 from app.ui.access import Viewer
 from app.ui.render import render_error
 from app.ui.routes.login import read_form, refuse_cross_site
+from app.web.errors import status_of
 
 router = APIRouter(include_in_schema=False)
 
@@ -61,10 +60,9 @@ async def change_advertised_resource(name: str, request: Request, viewer: Viewer
         quantity = _quantity(form) if action == "set" else None
         await run_in_threadpool(_change, request, name, resource, quantity, viewer.name)
     except DomainError as e:
-        status = e.status if isinstance(e, KubeError) else STATUS_BY_ERROR.get(type(e), 400)
         return render_error(
             request,
-            status,
+            status_of(e),
             "Not changed",
             e.message,
             principal=viewer,

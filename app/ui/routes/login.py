@@ -9,13 +9,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import SESSION_COOKIE
 from app.auth import Principal, authenticate
 from app.clock import utcnow
 from app.config import AuthMode
 from app.ui.access import safe_next
 from app.ui.render import base_context, environment, full_page, render_error
 from app.ui.security import CSRF_FIELD, csrf_matches, is_https, same_origin
+from app.web.principal import SESSION_COOKIE
 
 router = APIRouter(include_in_schema=False)
 

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
-from app.api.deps import QueryClock, ReadSession
 from app.inventory.charts import DEFAULT_WINDOW, WINDOWS, resource_history
 from app.inventory.dashboard import cluster_summary, nodes_needing_attention
 from app.inventory.history import EventFilters, latest_event_id, list_events
@@ -18,6 +17,7 @@ from app.ui.cache import PageCache
 from app.ui.forms import Form
 from app.ui.render import View, region_requested, respond
 from app.ui.svg import resource_chart
+from app.web.sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 

@@ -8,12 +8,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from app.api.deps import QueryClock, ReadSession
 from app.inventory.pods import PodFilters, list_pods
 from app.ui.access import Viewer
 from app.ui.forms import Form
 from app.ui.lists import list_view, run_list_query
 from app.ui.render import respond
+from app.web.sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 

@@ -1,14 +1,19 @@
-"""One error shape for the whole API: {"error": {"code", "message", "details"}}."""
+"""Errors as answers: one status per domain error, and one shape for each audience.
+
+Under /api (and the service's own endpoints) an error is the API's JSON shape,
+{"error": {"code", "message", "details"}}. On a dashboard page it is the dashboard's HTML
+error page, which the dashboard installs as the app's `ErrorPage`.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -29,6 +34,30 @@ STATUS_BY_ERROR: dict[type[DomainError], int] = {
     ConflictingRepeat: 409,
     NotFound: 404,
 }
+
+
+def status_of(error: DomainError) -> int:
+    """The error's own status if it carries one, else its kind's (or its nearest base's)."""
+    if error.status is not None:
+        return error.status
+    for kind in type(error).__mro__:
+        if kind in STATUS_BY_ERROR:
+            return STATUS_BY_ERROR[kind]
+    return 400
+
+
+class ErrorPage(Protocol):
+    """Renders an error for a person looking at a page; None when the path is not a page."""
+
+    def __call__(
+        self,
+        request: Request,
+        status: int,
+        message: str,
+        details: list[dict[str, Any]],
+        headers: Mapping[str, str] | None,
+    ) -> Response | None: ...
+
 
 # What FastAPI raises (as a 400) when it cannot decode a request body at all.
 FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
@@ -125,8 +154,25 @@ def _not_json_response(sent: str | None) -> JSONResponse:
     )
 
 
-def _unavailable() -> JSONResponse:
-    return error_response(
+def _answer(
+    request: Request,
+    status: int,
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    page: ErrorPage | None = getattr(request.app.state, "error_page", None)
+    if page is not None:
+        rendered = page(request, status, message, details or [], headers)
+        if rendered is not None:
+            return rendered
+    return error_response(status, code, message, details, headers)
+
+
+def _unavailable(request: Request) -> Response:
+    return _answer(
+        request,
         503,
         "unavailable",
         "the database could not serve this request; nothing was changed, try again",
@@ -136,22 +182,22 @@ def _unavailable() -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
         errors = list(exc.errors())
         content_type = request.headers.get("content-type")
         if _body_not_sent_as_json(content_type, errors):
             return _not_json_response(content_type)
         details = validation_details(errors)
         summary = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
-        return error_response(422, "invalid_input", f"invalid input: {summary}", details)
+        return _answer(request, 422, "invalid_input", f"invalid input: {summary}", details)
 
     @app.exception_handler(DomainError)
-    async def _domain(_request: Request, exc: DomainError) -> JSONResponse:
-        status = STATUS_BY_ERROR.get(type(exc), 400)
-        return error_response(status, exc.code, exc.message, [p.as_dict() for p in exc.problems])
+    async def _domain(request: Request, exc: DomainError) -> Response:
+        details = [p.as_dict() for p in exc.problems]
+        return _answer(request, status_of(exc), exc.code, exc.message, details)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
             # Not UTF-8, nested too deep, a number too long: invalid JSON like any other.
             message = "could not be parsed as a JSON document in UTF-8"
@@ -159,10 +205,10 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(422, "invalid_input", f"invalid input: body {message}", details)
         code = HTTP_CODES.get(exc.status_code, "error")
         detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-        return error_response(exc.status_code, code, detail, headers=exc.headers)
+        return _answer(request, exc.status_code, code, detail, headers=exc.headers)
 
     @app.exception_handler(OperationalError)
-    async def _database_unavailable(request: Request, exc: OperationalError) -> JSONResponse:
+    async def _database_unavailable(request: Request, exc: OperationalError) -> Response:
         # The database is down, restarting, or gave up on this transaction: nothing was
         # changed, and the same request may well succeed when sent again.
         log.warning(
@@ -171,16 +217,16 @@ def install_error_handlers(app: FastAPI) -> None:
             request.url.path,
             type(exc.orig).__name__,
         )
-        return _unavailable()
+        return _unavailable(request)
 
     @app.exception_handler(PoolTimeout)
-    async def _no_free_connection(request: Request, exc: PoolTimeout) -> JSONResponse:
+    async def _no_free_connection(request: Request, exc: PoolTimeout) -> Response:
         # More requests at once than the service has database connections for, for longer
         # than the pool waits: an overload, which the same request sent later gets past.
         log.warning(
             "no free database connection method=%s path=%s", request.method, request.url.path
         )
-        return _unavailable()
+        return _unavailable(request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

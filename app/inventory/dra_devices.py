@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, exists, func, select, tuple_
 from sqlalchemy.orm import Session
 
+from app.inventory.cluster_models import DraClaim, DraClaimDevice, DraDevice
 from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
-from app.kube.models import DraClaim, DraClaimDevice, DraDevice
 
 SORT = "driver,pool,device"
 NODE_DEVICE_LIMIT = 500

@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, tuple_
 from sqlalchemy.orm import Session
 
+from app.inventory.cluster_models import KubePod
 from app.inventory.errors import InvalidInput, Problem
 from app.inventory.models import Allocation, Node
 from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
-from app.kube.models import KubePod
 
 SORT = "namespace,name,uid"
 

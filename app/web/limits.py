@@ -1,10 +1,29 @@
-"""Request body limit, enforced before a route reads anything."""
+"""Limits on every request, enforced before a route reads anything: the body's size, and no
+NUL character in a query or path parameter."""
 
 from __future__ import annotations
 
 import json
 
+from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.inventory.errors import InvalidInput, Problem
+
+
+async def reject_nul_parameters(request: Request) -> None:
+    """Query and path parameters with a NUL character are invalid input.
+
+    PostgreSQL text cannot hold NUL, so such a value would fail in the database as a 5xx.
+    """
+    params = [*request.query_params.multi_items(), *request.path_params.items()]
+    problems = [
+        Problem(name, "no_nul", "must not contain NUL characters")
+        for name, value in params
+        if "\x00" in str(value)
+    ]
+    if problems:
+        raise InvalidInput("a parameter contains a NUL character", problems)
 
 
 class BodyLimitMiddleware:

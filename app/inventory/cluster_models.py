@@ -1,4 +1,4 @@
-"""Tables filled from the Kubernetes API: pods that request devices, and DRA objects.
+"""Tables filled from the Kubernetes API by app/kube: pods that request devices, DRA objects.
 
 Registered on the inventory's Base (app/inventory/models.py imports this module at its end), so
 Base.metadata always holds every table: Alembic, the tests' TRUNCATE and the schema check agree.

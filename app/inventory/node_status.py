@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from app.inventory.dra_devices import dra_devices_of_node
+from app.inventory.extended_resources import is_extended_resource, quantity
 from app.inventory.ingest import HEALTHY, PRESENT
 from app.inventory.models import Device, Node, NodeResource, PluginRegistration
-from app.kube.dra_queries import dra_devices_of_node
-from app.kube.resources import is_extended_resource, quantity
 
 DEVICE_PLUGIN = "device_plugin"
 MANUAL = "manual"

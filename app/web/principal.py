@@ -1,9 +1,8 @@
-"""Dependencies shared by routes: settings, sessions, and who is calling."""
+"""Who is calling: the bearer token or the dashboard's session cookie, checked and cached."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -14,42 +13,8 @@ from app.auth import ANONYMOUS_ADMIN, Principal, TokenCache, authenticate, recor
 from app.clock import utcnow
 from app.config import AuthMode, Settings
 from app.db import write_session
-from app.inventory.errors import InvalidInput, Problem
-from app.inventory.queries import Clock
 
 SESSION_COOKIE = "devicedeck_token"
-
-
-async def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
-async def get_session_factory(request: Request) -> sessionmaker[Session]:
-    factory: sessionmaker[Session] = request.app.state.session_factory
-    return factory
-
-
-def read_session(
-    factory: Annotated[sessionmaker[Session], Depends(get_session_factory)],
-) -> Iterator[Session]:
-    with factory() as session:
-        yield session
-
-
-async def reject_nul_parameters(request: Request) -> None:
-    """Query and path parameters with a NUL character are invalid input.
-
-    PostgreSQL text cannot hold NUL, so such a value would fail in the database as a 5xx.
-    """
-    params = [*request.query_params.multi_items(), *request.path_params.items()]
-    problems = [
-        Problem(name, "no_nul", "must not contain NUL characters")
-        for name, value in params
-        if "\x00" in str(value)
-    ]
-    if problems:
-        raise InvalidInput("a parameter contains a NUL character", problems)
 
 
 def presented_token(request: Request) -> str | None:
@@ -116,16 +81,6 @@ def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     return _check
 
 
-ReadSession = Annotated[Session, Depends(read_session)]
 Reader = Annotated[Principal, Depends(require("read"))]
 Ingester = Annotated[Principal, Depends(require("ingest"))]
 Admin = Annotated[Principal, Depends(require("admin"))]
-SessionFactory = Annotated[sessionmaker[Session], Depends(get_session_factory)]
-CurrentSettings = Annotated[Settings, Depends(get_settings)]
-
-
-async def query_clock(settings: Annotated[Settings, Depends(get_settings)]) -> Clock:
-    return Clock(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
-
-
-QueryClock = Annotated[Clock, Depends(query_clock)]

@@ -1,0 +1,81 @@
+"""The service's background tasks: who owns them, and the stale sweep.
+
+`create_app` starts them in its lifespan and stops them at shutdown; other parts (the dashboard's
+live updates, the cluster watcher) add starters, `(app, tasks) -> None`, to
+`app.state.background_starters`, and are given this module's `BackgroundTasks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from datetime import timedelta
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.clock import utcnow
+from app.config import Settings
+from app.db import write_session
+from app.inventory.queries import Clock
+from app.inventory.staleness import mark_stale_nodes
+
+log = logging.getLogger(__name__)
+
+
+def clock_of(settings: Settings) -> Clock:
+    return Clock(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
+
+
+def start_background_tasks(app: FastAPI, settings: Settings) -> BackgroundTasks:
+    """The stale sweep and every registered starter's tasks, owned by one BackgroundTasks."""
+    background = BackgroundTasks()
+    background.start(stale_sweep(app, settings), name="stale-sweep")
+    for starter in app.state.background_starters:
+        starter(app, background)
+    app.state.background = background
+    return background
+
+
+class BackgroundTasks:
+    """Owns the app's background tasks and cancels them at shutdown."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self.tasks.append(asyncio.create_task(coro, name=name))
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        # Cancelling a task does not stop the thread of an asyncio.to_thread call it awaited;
+        # wait for those threads, so none holds a database connection when the engine is
+        # disposed (it would leak, never to be closed).
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 30)
+        except TimeoutError:
+            log.warning("background threads still running at shutdown after 30 s")
+
+
+async def stale_sweep(app: FastAPI, settings: Settings) -> None:
+    interval = max(1.0, settings.stale_after / 3)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.to_thread(_sweep_once, app, settings)
+        except Exception:
+            log.exception("stale sweep failed; will retry")
+
+
+def _sweep_once(app: FastAPI, settings: Settings) -> None:
+    clock = clock_of(settings)
+    with write_session(app.state.session_factory) as session:
+        names = mark_stale_nodes(session, clock.now, clock.cutoff)
+    if names:
+        log.info("nodes turned stale count=%d names=%s", len(names), ",".join(names[:20]))

@@ -1,0 +1,41 @@
+"""Settings, database sessions and the query clock, as route dependencies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.clock import utcnow
+from app.config import Settings
+from app.inventory.queries import Clock
+
+
+async def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+async def get_session_factory(request: Request) -> sessionmaker[Session]:
+    factory: sessionmaker[Session] = request.app.state.session_factory
+    return factory
+
+
+def read_session(
+    factory: Annotated[sessionmaker[Session], Depends(get_session_factory)],
+) -> Iterator[Session]:
+    with factory() as session:
+        yield session
+
+
+async def query_clock(settings: Annotated[Settings, Depends(get_settings)]) -> Clock:
+    return Clock(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
+
+
+ReadSession = Annotated[Session, Depends(read_session)]
+SessionFactory = Annotated[sessionmaker[Session], Depends(get_session_factory)]
+CurrentSettings = Annotated[Settings, Depends(get_settings)]
+QueryClock = Annotated[Clock, Depends(query_clock)]
