@@ -33,8 +33,36 @@ class DraClaimRefOut(BaseModel):
     name: str
     uid: str
     request: str
-    share_id: str | None
+    share_id: str | None = Field(description="which share of a shared device this claim holds")
+    admin_access: bool = Field(description="monitoring access: does not allocate the device")
+    consumed_capacity: dict[str, str] | None
+    conditions: list[dict[str, Any]] = Field(
+        description="status.devices[].conditions the driver reported for this device"
+    )
     consumers: list[DraConsumerOut]
+
+
+class DraCapacityOut(BaseModel):
+    value: str | None
+    request_policy: dict[str, Any] | None
+    consumed: str | None = Field(None, description="shared devices: consumed by all shares")
+    available: str | None = Field(None, description="shared devices: what is left")
+
+
+class DraPoolStateOut(BaseModel):
+    generation: int
+    slices: int = Field(description="slices of the newest generation the API server has")
+    slice_count: int = Field(description="resourceSliceCount: slices the pool should have")
+    complete: bool
+
+
+class DraHealthOut(BaseModel):
+    health: str = Field(description="Healthy or Unhealthy")
+    raw_health: str
+    source: str = Field(description="pod_status (KEP-4680) or claim_status (device conditions)")
+    reported_by: str | None = Field(description="the pod or claim that reported it")
+    message: str | None
+    changed_at: str | None
 
 
 class DraDeviceOut(BaseModel):
@@ -42,14 +70,21 @@ class DraDeviceOut(BaseModel):
     driver: str
     pool: str
     device: str
-    node: str | None
+    node: str | None = Field(description="the one node the device is on, if it is on one")
+    all_nodes: bool
+    node_selector: dict[str, Any] | None
+    nodes: list[str] = Field(description="known nodes the device can serve (allNodes: none)")
     slice: str
     pool_generation: int
+    pool_state: DraPoolStateOut | None
     attributes: dict[str, Any]
-    capacity: dict[str, Any]
+    capacity: dict[str, DraCapacityOut]
     taints: list[Any]
-    allocated: bool
-    claims: list[DraClaimRefOut]
+    shared: bool = Field(description="allowMultipleAllocations: claims hold shares of it")
+    allocated: bool = Field(description="held by a claim without adminAccess")
+    claims: list[DraClaimRefOut] = Field(description="claims holding it (each share)")
+    watched_by: list[DraClaimRefOut] = Field(description="adminAccess claims")
+    health: DraHealthOut | None
     updated_at: str | None
 
 
@@ -92,6 +127,28 @@ class HeldDeviceOut(BaseModel):
     started: str | None
 
 
+class PodClaimOut(BaseModel):
+    name: str = Field(description="the reference name the pod's containers use")
+    claim: str | None = Field(
+        description="the ResourceClaim; for a template claim the generated one, once it exists"
+    )
+    template: str | None
+    shared_with: list[str] = Field(
+        [], description="other pods the claim is reserved for (a claim shared by pods)"
+    )
+
+
+class PodDraDeviceOut(BaseModel):
+    claim: str
+    request: str
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None
+    admin_access: bool
+    health: str | None
+
+
 class KubePodOut(BaseModel):
     uid: str
     namespace: str
@@ -101,9 +158,12 @@ class KubePodOut(BaseModel):
     owner: OwnerOut | None
     labels: dict[str, Any]
     requests: dict[str, int]
-    claims: list[str]
+    claims: list[PodClaimOut]
     resource_health: dict[str, dict[str, str]]
     devices: list[HeldDeviceOut]
+    dra_devices: list[PodDraDeviceOut] = Field(
+        description="devices allocated to the pod's ResourceClaims"
+    )
     created_at: str | None
     first_seen: str | None
     updated_at: str | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, String, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.inventory.models import Base, BigId
@@ -60,12 +60,60 @@ class DraDevice(Base):
     pool: Mapped[str] = mapped_column(String(253))
     pool_generation: Mapped[int] = mapped_column(BigInteger)
     device: Mapped[str] = mapped_column(String(253))
-    # The node the device is reachable from; None for slices with a node selector or allNodes.
+    # Where the device can be used: one node, every node, or the nodes a selector picks
+    # (spec.nodeName/allNodes/nodeSelector of the slice, or of the device itself when the
+    # slice has perDeviceNodeSelection).
     node: Mapped[str | None] = mapped_column(String(253))
+    all_nodes: Mapped[bool] = mapped_column(server_default=false())
+    node_selector: Mapped[dict[str, Any] | None]
     attributes: Mapped[dict[str, Any]]
+    # name -> {"value": quantity, "request_policy": {...} or None}
     capacity: Mapped[dict[str, Any]]
     taints: Mapped[list[Any]]
+    # allowMultipleAllocations: several claims may hold shares of it, each consuming capacity.
+    allow_multiple: Mapped[bool] = mapped_column(server_default=false())
     updated_at: Mapped[datetime]
+
+
+class DraSlice(Base):
+    """One ResourceSlice, kept even when it lists no device: a pool's newest generation and
+    its completeness are decided per slice."""
+
+    __tablename__ = "dra_slices"
+    __table_args__ = (Index("ix_dra_slices_driver_pool", "driver", "pool"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), unique=True)
+    driver: Mapped[str] = mapped_column(String(253))
+    pool: Mapped[str] = mapped_column(String(253))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    # resourceSliceCount: how many slices the pool has at this generation.
+    slice_count: Mapped[int] = mapped_column(BigInteger)
+    node: Mapped[str | None] = mapped_column(String(253))
+    devices: Mapped[int]
+    updated_at: Mapped[datetime]
+
+
+class DraDeviceHealth(Base):
+    """The current health of a DRA device and where it came from. Kept apart from dra_devices,
+    whose rows come and go with the driver's slices; the history is in events."""
+
+    __tablename__ = "dra_device_health"
+    __table_args__ = (UniqueConstraint("driver", "pool", "device"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    driver: Mapped[str] = mapped_column(String(253))
+    pool: Mapped[str] = mapped_column(String(253))
+    device: Mapped[str] = mapped_column(String(253))
+    node: Mapped[str | None] = mapped_column(String(253))
+    health: Mapped[str] = mapped_column(String(32))
+    raw_health: Mapped[str] = mapped_column(String(253))
+    # pod_status (KEP-4680 allocatedResourcesStatus) or claim_status (status.devices).
+    health_source: Mapped[str] = mapped_column(String(32))
+    # Who reported it: the pod or the claim, "namespace/name".
+    reported_by: Mapped[str | None] = mapped_column(String(320))
+    message: Mapped[str | None] = mapped_column(String(1024))
+    changed_at: Mapped[datetime]
 
 
 class DraClaim(Base):
@@ -100,3 +148,9 @@ class DraClaimDevice(Base):
     pool: Mapped[str] = mapped_column(String(253))
     device: Mapped[str] = mapped_column(String(253))
     share_id: Mapped[str | None] = mapped_column(String(253))
+    # adminAccess results give access for monitoring; the scheduler does not count them as
+    # allocating the device.
+    admin_access: Mapped[bool] = mapped_column(server_default=false())
+    consumed_capacity: Mapped[dict[str, Any] | None]
+    # status.devices[].conditions the driver reported for this device of the claim.
+    conditions: Mapped[list[Any] | None]

@@ -11,6 +11,7 @@ from sqlalchemy import ColumnElement, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from app.inventory.cluster_models import KubePod
+from app.inventory.dra_pods import pods_dra
 from app.inventory.errors import InvalidInput, Problem
 from app.inventory.models import Allocation, Node
 from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
@@ -54,7 +55,8 @@ def list_kube_pods(
     pods = pods[:limit]
     count = session.scalar(select(func.count()).select_from(KubePod).where(*conditions))
     held = _devices_held(session, pods)
-    items = [pod_summary(pod, held.get(pod.uid, [])) for pod in pods]
+    dra = pods_dra(session, pods)
+    items = [pod_summary(pod, held.get(pod.uid, []), dra.get(pod.uid)) for pod in pods]
     next_cursor = None
     if more and pods:
         next_cursor = encode_cursor(SORT, [pods[-1].namespace, pods[-1].name, pods[-1].uid])
@@ -95,7 +97,10 @@ def _devices_held(session: Session, pods: list[KubePod]) -> dict[str, list[dict[
     return held
 
 
-def pod_summary(pod: KubePod, devices: list[dict[str, Any]]) -> dict[str, Any]:
+def pod_summary(
+    pod: KubePod, devices: list[dict[str, Any]], dra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    dra = dra or {"claims": [], "dra_devices": []}
     return {
         "uid": pod.uid,
         "namespace": pod.namespace,
@@ -105,9 +110,10 @@ def pod_summary(pod: KubePod, devices: list[dict[str, Any]]) -> dict[str, Any]:
         "owner": {"kind": pod.owner_kind, "name": pod.owner_name} if pod.owner_kind else None,
         "labels": pod.labels,
         "requests": pod.requests,
-        "claims": pod.claims,
+        "claims": dra["claims"],
         "resource_health": pod.resource_health,
         "devices": devices,
+        "dra_devices": dra["dra_devices"],
         "created_at": _iso(pod.created_at),
         "first_seen": _iso(pod.first_seen),
         "updated_at": _iso(pod.updated_at),

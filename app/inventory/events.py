@@ -49,6 +49,7 @@ EVENT_KINDS = (
     "released",
     "claim_allocated",
     "claim_released",
+    "dra_health_changed",
     "plugin_registered",
     "plugin_changed",
     "admin_action",

@@ -20,11 +20,11 @@ from app.inventory.extended_resources import is_extended_resource, quantity
 from app.inventory.ingest import HEALTHY, UNHEALTHY
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
 from app.inventory.nodes import forget_content_hash, listandwatch_stream
+from app.kube.dra_health import CLAIM_PREFIX, apply_pod_dra_health
 from app.kube.node_sync import ACTOR
 
 HEALTH_SOURCE = "pod_status"
 TERMINAL_PHASES = ("Succeeded", "Failed")
-DRA_STATUS_PREFIX = "claim:"
 # Deleted pods are kept this long, so a pod's owner and UID stay visible after it is gone.
 DELETED_POD_RETENTION = timedelta(days=7)
 
@@ -85,7 +85,7 @@ def pod_fields(obj: dict[str, Any]) -> dict[str, Any] | None:
     metadata = obj.get("metadata") or {}
     status = obj.get("status") or {}
     requests = pod_requests(spec)
-    claims = sorted(c["name"] for c in spec.get("resourceClaims") or [] if c.get("name"))
+    claims = pod_claims(spec, status)
     if not requests and not claims:
         return None
     owner_kind, owner_name = _owner(metadata)
@@ -101,6 +101,27 @@ def pod_fields(obj: dict[str, Any]) -> dict[str, Any] | None:
         "claims": claims,
         "resource_health": resource_health(status),
     }
+
+
+def pod_claims(spec: dict[str, Any], status: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's claims: the reference name its containers use, and the ResourceClaim it
+    stands for, which for a template claim is generated and recorded in
+    status.resourceClaimStatuses (None until the claim exists)."""
+    generated = {
+        s["name"]: s.get("resourceClaimName")
+        for s in status.get("resourceClaimStatuses") or []
+        if isinstance(s, dict) and s.get("name")
+    }
+    claims = [
+        {
+            "name": str(c["name"]),
+            "claim": c.get("resourceClaimName") or generated.get(c["name"]) or None,
+            "template": c.get("resourceClaimTemplateName") or None,
+        }
+        for c in spec.get("resourceClaims") or []
+        if isinstance(c, dict) and c.get("name")
+    ]
+    return sorted(claims, key=lambda c: c["name"])
 
 
 def requests_devices(obj: dict[str, Any]) -> bool:
@@ -148,6 +169,9 @@ def apply_pod(
             join_allocations(session, existing.namespace, existing.name)
         if existing.phase not in TERMINAL_PHASES:
             apply_health(session, existing.node, health_before, existing.resource_health, now, log)
+            apply_pod_dra_health(
+                session, existing, health_before, existing.resource_health, now, log
+            )
     return existing
 
 
@@ -205,7 +229,7 @@ def apply_health(
     changes = {
         (resource, device_id): health
         for resource, devices in after.items()
-        if not resource.startswith(DRA_STATUS_PREFIX)
+        if not resource.startswith(CLAIM_PREFIX)
         for device_id, health in devices.items()
         if health in (HEALTHY, UNHEALTHY) and (before.get(resource) or {}).get(device_id) != health
     }

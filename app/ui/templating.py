@@ -36,6 +36,7 @@ EVENT_LABELS = {
     "released": "Released",
     "claim_allocated": "Claim allocated",
     "claim_released": "Claim released",
+    "dra_health_changed": "DRA health changed",
     "plugin_registered": "Plugin registered",
     "plugin_changed": "Plugin changed",
     "admin_action": "Admin action",

@@ -81,7 +81,9 @@ def test_dra_devices_listed_from_the_highest_generation_with_consumers(
     gpu1 = page["results"][1]
     assert gpu1["node"] == "node-a"
     assert gpu1["attributes"] == {"model": "LATEST-GPU-MODEL", "index": 1}
-    assert gpu1["capacity"] == {"memory": "80Gi"}
+    assert gpu1["capacity"] == {
+        "memory": {"value": "80Gi", "request_policy": None, "consumed": None, "available": None}
+    }
     assert gpu1["allocated"] is True
     (claim,) = gpu1["claims"]
     assert (claim["namespace"], claim["name"], claim["request"]) == ("ml", "trainer-0-gpu", "gpu")
@@ -100,15 +102,16 @@ def test_dra_devices_listed_from_the_highest_generation_with_consumers(
     assert _names(_devices(client, auth, "?allocated=true")) == [("node-a", "gpu-1", 2)]
 
     detail = client.get("/api/v1/nodes/node-a", headers=auth).json()
-    assert [d["device"] for d in detail["dra_devices"]] == ["gpu-0", "gpu-1"]
+    # The allNodes device serves node-a too.
+    assert [d["device"] for d in detail["dra_devices"]] == ["gpu-0", "gpu-1", "fpga-0"]
 
     # The driver withdraws generation 2: generation 1 is the newest again.
     fake_api.delete("resourceslices", "node-a-gpu")
     page = wait_for(
-        lambda: (p := _devices(client, auth, "?node=node-a")) and len(p["results"]) == 3 and p,
+        lambda: (p := _devices(client, auth, "?node=node-a")) and len(p["results"]) == 4 and p,
         what="generation 1 devices",
     )
-    assert [d["device"] for d in page["results"]] == ["gpu-0", "gpu-1", "gpu-retired"]
+    assert [d["device"] for d in page["results"]] == ["gpu-0", "gpu-1", "gpu-retired", "fpga-0"]
 
     # A released claim no longer shows its consumer.
     fake_api.put(
