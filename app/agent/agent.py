@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.agent.backoff import Backoff
 from app.agent.client import IngestClient
 from app.agent.derived import DerivedHealth
 from app.agent.identity import SourceIdentity, read_kernel_boot_id
@@ -33,6 +32,7 @@ from app.agent.snapshots import (
 from app.agent.taps import TapManager
 from app.agent.token import TokenSource
 from app.kubelet.paths import DEFAULT_KUBELET_ROOT, KubeletPaths
+from app.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -26,13 +26,14 @@ from datetime import UTC, datetime
 
 import grpc
 
-from app.agent.backoff import Backoff, CallSpacer
+from app.agent.call_spacer import CallSpacer
 from app.agent.metrics import AgentMetrics
 from app.agent.watches import DirectoryWatches
 from app.kubelet.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from app.kubelet.paths import CHECKPOINT_FILE_NAME, KUBELET_SOCKET_NAME, KubeletPaths
 from app.kubelet.podresources import PodResourcesClient, PodResourcesError
 from app.kubelet.proto import podresources_pb2
+from app.retry import Backoff
 
 log = logging.getLogger(__name__)
 

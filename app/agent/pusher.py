@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from app.agent.backoff import Backoff
 from app.agent.client import Outcome, PushResult
 from app.agent.identity import SourceIdentity
 from app.agent.metrics import AgentMetrics
 from app.agent.snapshots import Snapshot
 from app.agent.token import Signature
+from app.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import grpc
 
-from app.agent.backoff import Backoff
 from app.agent.metrics import AgentMetrics
 from app.agent.plugin_sockets import RPC_TIMEOUT_SECONDS, Candidate, TapSpec, candidates
 from app.agent.snapshots import plugin_devices
 from app.kubelet.paths import KubeletPaths, unix_target
 from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
 from app.kubelet.socket_watch import SocketId, socket_id
+from app.retry import Backoff
 
 log = logging.getLogger(__name__)
 

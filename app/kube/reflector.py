@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -30,11 +29,14 @@ from app.db import write_session
 from app.kube import status
 from app.kube.client import Kind, KubeApi, watch_events
 from app.kube.errors import ApiStatus, ApiUnreachable
+from app.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
+# Some jitter, so replicas that failed together do not retry together.
+BACKOFF_JITTER = 0.2
 # Watches re-open at least this often (and write their status when they do).
 WATCH_TIMEOUT_MAX = 120
 # Status rows are rewritten while watching at most this often, not on every event.
@@ -55,20 +57,6 @@ class Sync:
     # Events for objects this says no to are skipped without opening a write transaction
     # (most pods of a cluster request no device).
     relevant: Callable[[dict[str, Any]], bool] = lambda _obj: True
-
-
-class Backoff:
-    def __init__(self) -> None:
-        self.delay = BACKOFF_FIRST
-
-    def next(self) -> float:
-        delay = self.delay
-        self.delay = min(self.delay * 2, BACKOFF_MAX)
-        # Jitter, so replicas that failed together do not retry together.
-        return delay * random.uniform(0.8, 1.2)
-
-    def reset(self) -> None:
-        self.delay = BACKOFF_FIRST
 
 
 class Reflector:
@@ -108,7 +96,7 @@ class Reflector:
         return self.sync.kind.name
 
     def run(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_MAX, jitter=BACKOFF_JITTER)
         gone_in_a_row = 0
         self._report(status.STARTING, force=True)
         while not self.stop.is_set():
@@ -122,7 +110,7 @@ class Reflector:
                     gone_in_a_row = 0
                 elif not self.stop.is_set():
                     # A watch that ends at once with nothing in it: do not spin on it.
-                    self.stop.wait(backoff.next())
+                    self.stop.wait(backoff.next_delay())
             except ApiStatus as e:
                 if self.stop.is_set():
                     break
@@ -212,7 +200,7 @@ class Reflector:
         self._report(status.WATCHING)
 
     def _fail(self, backoff: Backoff, state: str, message: str) -> None:
-        delay = backoff.next()
+        delay = backoff.next_delay()
         self._status.update(
             errors=self._status["errors"] + 1,
             retry_at=datetime.fromtimestamp(time.time() + delay, utcnow().tzinfo).isoformat(),

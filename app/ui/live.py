@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.db import is_postgresql, libpq_url
 from app.inventory.events import NOTIFY_CHANNEL
 from app.inventory.history import latest_event_id
+from app.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ POLL_INTERVAL = 1.0
 THROTTLE = 0.5
 RECONNECT_MIN = 0.5
 RECONNECT_MAX = 30.0
+# Every replica loses its connection when the database restarts: do not reconnect in step.
+RECONNECT_JITTER = 0.2
 HEARTBEAT = 30.0
 CLOSED = -1  # what a subscriber's queue holds once the hub has closed
 
@@ -129,12 +132,12 @@ async def _listen(conninfo: str, wake: asyncio.Event) -> None:
     """Reconnects with backoff when the connection drops, and wakes the publisher after each
     (re)connect in case a change came while it was down. A quiet connection is checked every
     HEARTBEAT seconds so a dead one is noticed."""
-    delay = RECONNECT_MIN
+    backoff = Backoff(RECONNECT_MIN, RECONNECT_MAX, jitter=RECONNECT_JITTER)
     while True:
         try:
             async with await _connect(conninfo) as conn:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                delay = RECONNECT_MIN
+                backoff.reset()
                 wake.set()
                 while True:
                     async for _ in conn.notifies(timeout=HEARTBEAT):
@@ -143,9 +146,9 @@ async def _listen(conninfo: str, wake: asyncio.Event) -> None:
         except asyncio.CancelledError:
             raise
         except Exception as e:
+            delay = backoff.next_delay()
             log.warning("event listener lost its connection error=%r retry_in=%.1fs", e, delay)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, RECONNECT_MAX)
+            await asyncio.sleep(delay)
 
 
 async def _publish_on_wake(

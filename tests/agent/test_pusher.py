@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.agent.backoff import Backoff
 from app.agent.client import IngestClient, Outcome, PushResult
 from app.agent.identity import SourceIdentity
 from app.agent.metrics import AgentMetrics
 from app.agent.pusher import Pusher
 from app.agent.snapshots import Snapshot, listandwatch_snapshot
 from app.agent.token import TokenSource
+from app.retry import Backoff
 
 from .helpers import wait_until
 
@@ -229,14 +229,3 @@ def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
     path.unlink()
     assert tokens.current() == "second"
     assert TokenSource(None, " from-env ").current() == "from-env"
-
-
-def test_backoff_is_full_jitter_capped_and_resets() -> None:
-    backoff = Backoff(0.5, 4.0, random.Random(7))
-    ceilings = []
-    for _ in range(8):
-        ceilings.append(backoff.ceiling())
-        assert 0.0 <= backoff.next_delay() <= ceilings[-1]
-    assert ceilings == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0]
-    backoff.reset()
-    assert backoff.ceiling() == 0.5

@@ -14,7 +14,6 @@ from typing import Any
 import grpc
 import pytest
 
-from app.agent.backoff import Backoff
 from app.agent.kubelet_reader import KubeletReader, KubeletView
 from app.agent.metrics import AgentMetrics
 from app.agent.plugin_sockets import TapSpec, candidates, registry_endpoint
@@ -23,6 +22,7 @@ from app.kubelet.deviceplugin import DevicePluginServer, PluginDevice
 from app.kubelet.paths import KubeletPaths, unix_target
 from app.kubelet.proto import pluginregistration_pb2 as preg
 from app.kubelet.proto import pluginregistration_pb2_grpc as preg_grpc
+from app.retry import Backoff
 
 from .fakes import RateLimitedPodResources
 from .helpers import wait_until

@@ -28,6 +28,7 @@ import grpc
 from app.kubelet.proto import pluginregistration_pb2 as preg
 from app.kubelet.proto import pluginregistration_pb2_grpc as preg_grpc
 from app.kubelet.socket_watch import DirectoryWatcher
+from app.retry import NO_JITTER, Backoff
 from app.sim.kubelet.endpoint import PluginEndpoint
 from app.sim.kubelet.registration import PluginRegistrar, RegistrationError
 
@@ -50,7 +51,7 @@ class _Registered:
 class _Failure:
     stamp: float
     retry_at: float
-    backoff: float
+    backoff: Backoff
 
 
 class PluginWatcher:
@@ -160,10 +161,11 @@ class PluginWatcher:
                     self._failures.pop(path, None)
                     self._actual[path] = _Registered(stamp=stamp, endpoint=endpoint)
                 else:
-                    backoff = min(
-                        failure.backoff * 2 if failure else self._period, MAX_BACKOFF_SECONDS
-                    )
-                    self._failures[path] = _Failure(stamp, self._clock() + backoff, backoff)
+                    if failure is None:
+                        # The kubelet's operation executor doubles its wait without jitter.
+                        backoff = Backoff(self._period, MAX_BACKOFF_SECONDS, jitter=NO_JITTER)
+                        failure = self._failures[path] = _Failure(stamp, 0.0, backoff)
+                    failure.retry_at = self._clock() + failure.backoff.next_delay()
 
     def _register(self, path: Path) -> PluginEndpoint | None:
         channel = grpc.insecure_channel(f"unix:{path}")

@@ -1,40 +1,10 @@
-"""Retry timing: capped full-jitter exponential back-off, and a minimum gap between calls."""
+"""A minimum gap between calls to the kubelet (retry back-off is app.retry.Backoff)."""
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable
-
-
-class Backoff:
-    """The n-th consecutive failure waits a random time in [0, min(cap, base * 2**n)].
-
-    Full jitter spreads the retries of many agents that failed together (a service restart
-    seen by every node at once), so they do not come back in lockstep.
-    """
-
-    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
-        if base <= 0 or cap <= 0:
-            raise ValueError("back-off base and cap must be positive")
-        self.base = base
-        self.cap = cap
-        self._rng = rng or random.Random()
-        self.failures = 0
-
-    def ceiling(self) -> float:
-        """The upper bound of the next delay."""
-        # The exponent is bounded so that a long outage cannot overflow the float.
-        return min(self.cap, self.base * 2 ** min(self.failures, 62))
-
-    def next_delay(self) -> float:
-        delay = self._rng.uniform(0.0, self.ceiling())
-        self.failures += 1
-        return delay
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 class CallSpacer:
