@@ -2,104 +2,53 @@
 
 It carries no data, only "something changed, up to event N" (`event: changed`, `id: N`); the
 page then asks for its regions and swaps the ones that differ. The stream ends when the client
-goes away or the service shuts down.
+goes away or the service shuts down. FastAPI's EventSourceResponse does the framing, sends a
+keep-alive comment after 15 s of silence (so proxies keep an idle stream open and dead clients
+are found), and stops the generator when the client disconnects.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+from collections.abc import AsyncIterator
+from typing import Annotated
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
-from starlette.types import Receive, Scope, Send
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from app.ui.access import Viewer
 from app.ui.live import CLOSED, LiveHub
 
 router = APIRouter(include_in_schema=False)
 
-KEEPALIVE = 15.0
 RETRY_MS = 2000
 
 
-def changed_message(latest: int) -> bytes:
-    return f"id: {latest}\nevent: changed\ndata: {latest}\n\n".encode()
-
-
-class EventStreamResponse(Response):
-    """A raw ASGI response: sends until the hub closes, stops when the client disconnects."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, hub: LiveHub, since: int) -> None:
-        super().__init__(
-            status_code=200,
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-            media_type=self.media_type,
-        )
-        # A stream has no length; Response would otherwise declare an empty body.
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        self.hub = hub
-        self.since = since
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        sender = asyncio.ensure_future(self._send_events(send))
-        watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
-        try:
-            await asyncio.wait({sender, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sender, watcher):
-                task.cancel()
-            for task in (sender, watcher):
-                with contextlib.suppress(asyncio.CancelledError, OSError):
-                    await task
-        if sender.done() and not sender.cancelled() and sender.exception() is None:
-            with contextlib.suppress(OSError):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _send_events(self, send: Send) -> None:
-        hub = self.hub
-        async with hub.subscribe() as queue:
-            await send(_body(f"retry: {RETRY_MS}\n\n".encode()))
-            sent = self.since
-            if hub.latest > sent:
-                sent = hub.latest
-                await send(_body(changed_message(sent)))
-            while True:
-                try:
-                    async with asyncio.timeout(KEEPALIVE):
-                        latest = await queue.get()
-                except TimeoutError:
-                    # Keeps proxies from closing an idle stream, and finds dead clients.
-                    await send(_body(b": keepalive\n\n"))
-                    continue
-                if latest == CLOSED:
-                    return
-                if latest > sent:
-                    sent = latest
-                    await send(_body(changed_message(latest)))
-
-
-def _body(chunk: bytes) -> dict[str, object]:
-    return {"type": "http.response.body", "body": chunk, "more_body": True}
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-@router.get("/ui/stream")
-def stream(request: Request, _viewer: Viewer) -> Response:
+def open_hub(request: Request) -> LiveHub:
+    """The hub to subscribe to; 503 once it has closed (the service is shutting down)."""
     hub: LiveHub = request.app.state.live
     if hub.closed.is_set():
-        return Response("shutting down", status_code=503, headers={"Retry-After": "2"})
-    since = _since(request)
-    return EventStreamResponse(hub, since)
+        raise HTTPException(503, "shutting down", headers={"Retry-After": "2"})
+    return hub
+
+
+def changed_event(latest: int) -> ServerSentEvent:
+    return ServerSentEvent(event="changed", id=str(latest), raw_data=str(latest))
+
+
+@router.get("/ui/stream", response_class=EventSourceResponse)
+async def stream(
+    request: Request, _viewer: Viewer, hub: Annotated[LiveHub, Depends(open_hub)]
+) -> AsyncIterator[ServerSentEvent]:
+    sent = _since(request)
+    async with hub.subscribe() as queue:
+        yield ServerSentEvent(retry=RETRY_MS)
+        if hub.latest > sent:
+            sent = hub.latest
+            yield changed_event(sent)
+        while (latest := await queue.get()) != CLOSED:
+            if latest > sent:
+                sent = latest
+                yield changed_event(latest)
 
 
 def _since(request: Request) -> int:

@@ -4,11 +4,13 @@ service process reaches a page served by another."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import fastapi.routing
 import httpx
 import pytest
 
@@ -82,6 +84,39 @@ def test_stream_catches_up_and_ends_when_the_client_leaves(
         wait_until(lambda: hub.subscriber_count == 1, 5, "the stream to subscribe")
         stream.close()
         wait_until(lambda: hub.subscriber_count == 0, 5, "the stream to notice the client left")
+
+
+def test_stream_headers_and_keepalive_while_nothing_changes(
+    settings: Settings, make_token: MakeToken, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Proxies must neither cache nor buffer the stream, and an idle stream still sends
+    something now and then (every 15 s in service; shortened here), so it is not cut."""
+    monkeypatch.setattr(fastapi.routing, "_PING_INTERVAL", 0.3)
+    headers = {"Authorization": f"Bearer {make_token('read')}"}
+    with threaded_server(settings) as (url, _app), httpx.Client(base_url=url, timeout=5) as client:
+        stream = open_stream(client, "/ui/stream?since=0", headers)
+        try:
+            assert stream.headers["cache-control"] == "no-cache"
+            assert stream.headers["x-accel-buffering"] == "no"
+            assert "content-length" not in stream.headers
+            lines = stream.iter_lines()
+            assert next(lines) == "retry: 2000"
+            comments = [line for line in itertools.islice(lines, 6) if line.startswith(":")]
+        finally:
+            stream.close()
+        assert len(comments) >= 2
+
+
+def test_stream_is_refused_once_the_service_is_shutting_down(
+    settings: Settings, make_token: MakeToken
+) -> None:
+    headers = {"Authorization": f"Bearer {make_token('read')}"}
+    with threaded_server(settings) as (url, app), httpx.Client(base_url=url, timeout=5) as client:
+        app.state.live.close_threadsafe()
+        wait_until(lambda: app.state.live.closed.is_set(), 5, "the hub to close")
+        answer = client.get("/ui/stream", headers=headers)
+        assert answer.status_code == 503
+        assert answer.headers["retry-after"] == "2"
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
