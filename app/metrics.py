@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -34,8 +35,11 @@ class ServiceMetrics:
     def watch_inventory(self, factory: sessionmaker[Session], counter: DeviceCounter) -> None:
         self.registry.register(_InventoryCollector(factory, counter))
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition the scraper asked for by its Accept header (OpenMetrics or the text
+        format), and its content type."""
+        encode, content_type = choose_encoder(accept or "")
+        return encode(self.registry), content_type
 
 
 class _InventoryCollector(Collector):

@@ -1,4 +1,4 @@
-"""The agent's own /healthz and /metrics (Prometheus text), on an optional port."""
+"""The agent's own /healthz and /metrics (Prometheus text or OpenMetrics), on an optional port."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import choose_encoder
 
 log = logging.getLogger(__name__)
-
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class AgentMetrics:
@@ -61,8 +60,11 @@ class AgentMetrics:
             registry=self.registry,
         )
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition the scraper asked for by its Accept header (OpenMetrics or the text
+        format), and its content type."""
+        encode, content_type = choose_encoder(accept or "")
+        return encode(self.registry), content_type
 
 
 HealthCheck = Callable[[], tuple[bool, dict[str, Any]]]
@@ -89,7 +91,8 @@ class MetricsServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, PROMETHEUS_CONTENT_TYPE, metrics.render())
+                    exposition, content_type = metrics.render(self.headers.get("Accept"))
+                    self._send(200, content_type, exposition, vary="Accept")
                 elif path == "/healthz":
                     ok, details = health()
                     body = json.dumps({"status": "ok" if ok else "failing", **details})
@@ -97,9 +100,13 @@ class MetricsServer:
                 else:
                     self._send(404, "text/plain; charset=utf-8", b"not found\n")
 
-            def _send(self, status: int, content_type: str, body: bytes) -> None:
+            def _send(
+                self, status: int, content_type: str, body: bytes, vary: str | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                if vary:
+                    self.send_header("Vary", vary)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -41,5 +41,5 @@ def readyz(factory: SessionFactory) -> Response:
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 def metrics(request: Request) -> Response:
-    body = request.app.state.metrics.render()
-    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+    body, content_type = request.app.state.metrics.render(request.headers.get("accept"))
+    return Response(body, headers={"Content-Type": content_type, "Vary": "Accept"})

@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
@@ -120,6 +123,40 @@ def test_metrics_count_devices_and_ingests(api: Api) -> None:
     labels = {name for _, pairs in samples for name, _ in pairs}
     assert labels <= {"kind", "outcome", "resource", "health", "le"}, labels
     assert "gpu-0" not in response.text and "node-a" not in response.text
+
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type"),
+    [
+        (None, "text/plain; version=0.0.4"),
+        ("text/plain", "text/plain; version=0.0.4"),
+        (f"{OPENMETRICS},text/plain;q=0.5", OPENMETRICS),
+    ],
+)
+def test_metrics_format_follows_the_accept_header(
+    api: Api, accept: str | None, content_type: str
+) -> None:
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 1))
+    headers = {"Accept": accept} if accept else {}
+    response = api.client.get("/metrics", headers=headers)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith(content_type)
+    assert "Accept" in response.headers["vary"]
+    if content_type == OPENMETRICS:
+        assert response.text.endswith("# EOF\n")
+        families = {f.name: f for f in openmetrics_families(response.text)}
+        # OpenMetrics names a counter's family without _total; its samples keep it.
+        ingests = families["devicedeck_ingest_snapshots"]
+        assert ingests.type == "counter"
+        assert {s.name for s in ingests.samples} >= {"devicedeck_ingest_snapshots_total"}
+    else:
+        assert "# EOF" not in response.text
+        families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    healthy = [s for s in families["devicedeck_devices"].samples if s.labels["health"] == "Healthy"]
+    assert [s.value for s in healthy] == [1]
 
 
 def test_openapi_documents_ingest_bodies_with_working_examples(api: Api) -> None:
