@@ -28,6 +28,7 @@ from typing import TextIO
 
 from app.demo.processes import Child, Children, wait_for
 from app.demo.topology import TOPOLOGY, NodeSpec, agent_args, root_fits, sim_node_args
+from app.sim.apiserver.server import url_host
 
 READY_TIMEOUT_SECONDS = 60.0
 AGENT_TOKEN_NAME = "demo-agents"
@@ -74,15 +75,6 @@ class DemoLayout:
 
     def kubelet_root(self, node: NodeSpec) -> Path:
         return self.kubelet_dir / node.name
-
-
-def url_host(host: str) -> str:
-    """The host to put in a URL: wildcard addresses become loopback, IPv6 gets brackets."""
-    if host in ("", "0.0.0.0"):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host
 
 
 def _is_loopback(host: str) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.signals import stop_on_signals, wait_for_stop
 from app.sim import ctl
+from app.sim.apiserver import commands as apiserver_commands
 from app.sim.kubelet import SimKubelet
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
 from app.sim.node import PluginSpec, SimNode
@@ -66,6 +67,7 @@ def register(subparsers: Any) -> None:
     node.set_defaults(func=run_node)
 
     ctl.register(subparsers)
+    apiserver_commands.register(subparsers)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

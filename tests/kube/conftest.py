@@ -53,7 +53,7 @@ def no_threads_left() -> Iterator[None]:
     left = [
         t.name
         for t in threading.enumerate()
-        if t not in before and t.is_alive() and t.name.startswith(("kube-", "fake-"))
+        if t not in before and t.is_alive() and t.name.startswith(("kube-", "sim-apiserver"))
     ]
     assert not left, f"threads still running: {left}"
 

@@ -1,200 +1,99 @@
-"""A small Kubernetes API server fake that speaks the real HTTP API for what Devicedeck uses.
+"""The simulated API server (app/sim/apiserver) with the levers the cluster tests pull.
 
-Real HTTP on a localhost port, driven by the official client:
-- GET lists with `items`, `metadata.resourceVersion`, and `limit`/`continue` paging;
-- watches (`?watch=true&resourceVersion=N`): chunked, newline-delimited JSON events ADDED,
-  MODIFIED, DELETED, BOOKMARK; an ERROR event carrying a 410 Status for versions older than
-  the oldest one kept (after `expire_history`);
-- PATCH nodes/{name}/status with JSON Patch (RFC 6902 add/replace/remove/test, RFC 6901
-  "~1"/"~0" unescaping), answering errors as Status objects;
-- 403 Forbidden Status for collections the test denies, 404 for ones "not served".
-Every request is recorded so tests can assert what was sent.
+It is the real sim-apiserver, on a localhost port, in memory; this subclass only adds what a
+test does to a cluster that no client could: deny a collection (an RBAC 403), stop serving
+one (a group the cluster lacks), refuse the next patch with a chosen Status, compact the
+history, cut watches. Every request is recorded, so tests can assert what was sent.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import socket
-import sys
 import threading
-import uuid
-from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from typing import Any
 
-from .fake_http import KINDS, NAMESPACED, FakeApiHandler, RecordedRequest
-from .json_patch import status_object
+from app.sim.apiserver import SimApiServer
+from app.sim.apiserver.errors import ApiError
+from app.sim.apiserver.handler import Request
+from app.sim.apiserver.resources import BY_PLURAL
+from app.sim.apiserver.store import object_key
+
+RecordedRequest = Request
+COLLECTION_PATHS = {
+    plural: (f"/apis/{r.group}/{r.version}/{plural}" if r.group else f"/api/{r.version}/{plural}")
+    for plural, r in BY_PLURAL.items()
+}
 
 
-@dataclass
-class _State:
-    rv: int = 100
-    objects: dict[str, dict[str, dict[str, Any]]] = field(
-        default_factory=lambda: {name: {} for name in KINDS}
-    )
-    history: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)
-    oldest_rv: int = 0
-    denied: set[str] = field(default_factory=set)
-    not_served: set[str] = field(default_factory=set)
-    patch_refusal: dict[str, Any] | None = None
-    # Open watches end when this changes: "drop" cuts the connection, "expire" sends 410.
-    watch_epoch: int = 0
-    epoch_action: str = "drop"
-
-
-class FakeApiServer:
+class FakeApiServer(SimApiServer):
     def __init__(self, token: str | None = None) -> None:
-        self.token = token
-        self.state = _State()
-        self.cond = threading.Condition()
-        self.requests: list[RecordedRequest] = []
-        self.closing = False
-        self._connections: set[socket.socket] = set()
-        fake = self
+        super().__init__(None, admin_token=token)
+        self.requests: list[Request] = []
+        self.denied: set[str] = set()
+        self.not_served: set[str] = set()
+        self.patch_refusal: ApiError | None = None
+        self._lock = threading.Lock()
 
-        class Handler(FakeApiHandler):
-            server_fake = fake
-
-        class Server(ThreadingHTTPServer):
-            def process_request(self, request: Any, client_address: Any) -> None:
-                with fake.cond:
-                    fake._connections.add(request)
-                super().process_request(request, client_address)
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                # Clients closing keep-alive connections abruptly (the service stopping its
-                # watches) are normal here; anything else is a bug in the fake: show it.
-                error = sys.exc_info()[1]
-                if not isinstance(error, ConnectionError):
-                    super().handle_error(request, client_address)
-
-            def shutdown_request(self, request: Any) -> None:
-                with fake.cond:
-                    fake._connections.discard(request)
-                super().shutdown_request(request)
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, args=(0.05,), name="fake-apiserver"
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> FakeApiServer:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        with self.cond:
-            self.closing = True
-            self.cond.notify_all()
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+    def before(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+            collection = next(
+                (c for c, path in COLLECTION_PATHS.items() if request.path == path), None
+            )
+            if collection in self.not_served:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if collection in self.denied:
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'{collection} is forbidden: User "system:serviceaccount:devicedeck:'
+                    f'devicedeck" cannot list resource "{collection}" in API group "" at the '
+                    "cluster scope",
+                )
+            if request.method == "PATCH" and self.patch_refusal is not None:
+                refusal, self.patch_refusal = self.patch_refusal, None
+                raise refusal
 
     # What a test does to the cluster ----------------------------------------------------------
 
-    def _key(self, collection: str, obj: dict[str, Any]) -> str:
-        meta = obj["metadata"]
-        if collection in NAMESPACED:
-            return f"{meta['namespace']}/{meta['name']}"
-        return meta["name"]
-
     def put(self, collection: str, obj: dict[str, Any], *, silent: bool = False) -> dict[str, Any]:
-        """Create or replace an object. `silent`: no watch event, as if it was compacted away."""
-        with self.cond:
-            obj = copy.deepcopy(obj)
-            api_version, kind = KINDS[collection]
-            obj.setdefault("apiVersion", api_version)
-            obj.setdefault("kind", kind)
-            meta = obj.setdefault("metadata", {})
-            key = self._key(collection, obj)
-            existing = self.state.objects[collection].get(key)
-            meta.setdefault(
-                "uid", (existing or {}).get("metadata", {}).get("uid") or str(uuid.uuid4())
-            )
-            meta.setdefault("creationTimestamp", "2026-12-01T10:00:00Z")
-            self.state.rv += 1
-            meta["resourceVersion"] = str(self.state.rv)
-            self.state.objects[collection][key] = obj
-            if not silent:
-                event = "MODIFIED" if existing is not None else "ADDED"
-                self.state.history.append((self.state.rv, collection, event, copy.deepcopy(obj)))
-            self.cond.notify_all()
-            return copy.deepcopy(obj)
+        return self.store.put(collection, obj, silent=silent)
 
     def delete(self, collection: str, name: str, namespace: str | None = None) -> None:
-        with self.cond:
-            key = f"{namespace}/{name}" if namespace else name
-            obj = self.state.objects[collection].pop(key)
-            self.state.rv += 1
-            obj["metadata"]["resourceVersion"] = str(self.state.rv)
-            self.state.history.append((self.state.rv, collection, "DELETED", obj))
-            self.cond.notify_all()
-
-    def bookmark(self, collection: str) -> int:
-        """Send open watches a BOOKMARK: the collection is current up to a newer version."""
-        with self.cond:
-            self.state.rv += 1
-            api_version, kind = KINDS[collection]
-            marker = {
-                "kind": kind,
-                "apiVersion": api_version,
-                "metadata": {"resourceVersion": str(self.state.rv)},
-            }
-            self.state.history.append((self.state.rv, collection, "BOOKMARK", marker))
-            self.cond.notify_all()
-            return self.state.rv
+        self.store.delete(BY_PLURAL[collection], namespace, name)
 
     def get(self, collection: str, key: str) -> dict[str, Any]:
-        with self.cond:
-            return copy.deepcopy(self.state.objects[collection][key])
+        found = self.store.find(collection, key)
+        assert found is not None, f"no {collection} {key}"
+        return found
+
+    def bookmark(self, collection: str) -> int:
+        return self.store.bookmark(collection)
 
     def expire_history(self) -> None:
-        """Compact: every version up to now is gone; open watches get a 410 ERROR event."""
-        with self.cond:
-            self.state.oldest_rv = self.state.rv + 1
-            self.state.history.clear()
-            self.state.watch_epoch += 1
-            self.state.epoch_action = "expire"
-            self.cond.notify_all()
+        self.store.compact()
 
     def drop_watches(self) -> None:
-        """Cut every open watch connection without a goodbye, like a dying load balancer."""
-        with self.cond:
-            self.state.watch_epoch += 1
-            self.state.epoch_action = "drop"
-            self.cond.notify_all()
+        self.store.drop_watches()
 
     def deny(self, collection: str) -> None:
-        with self.cond:
-            self.state.denied.add(collection)
-            self.state.watch_epoch += 1
-            self.state.epoch_action = "drop"
-            self.cond.notify_all()
+        with self._lock:
+            self.denied.add(collection)
+        self.store.drop_watches()
 
     def allow(self, collection: str) -> None:
-        with self.cond:
-            self.state.denied.discard(collection)
+        with self._lock:
+            self.denied.discard(collection)
 
     def stop_serving(self, collection: str) -> None:
-        with self.cond:
-            self.state.not_served.add(collection)
+        with self._lock:
+            self.not_served.add(collection)
 
     def refuse_next_patch(self, code: int, reason: str, message: str) -> None:
-        with self.cond:
-            self.state.patch_refusal = status_object(code, reason, message)
+        with self._lock:
+            self.patch_refusal = ApiError(code, reason, message)
 
-    def recorded(self, method: str | None = None, path: str | None = None) -> list[RecordedRequest]:
-        with self.cond:
+    def recorded(self, method: str | None = None, path: str | None = None) -> list[Request]:
+        with self._lock:
             return [
                 r
                 for r in self.requests
@@ -202,8 +101,7 @@ class FakeApiServer:
             ]
 
     def lists(self, collection_path: str) -> int:
-        return sum(
-            1
-            for r in self.recorded("GET", collection_path)
-            if r.query.get("watch", [""])[0] not in ("true", "1")
-        )
+        return sum(1 for r in self.recorded("GET", collection_path) if not r.watching)
+
+
+__all__ = ["FakeApiServer", "RecordedRequest", "object_key"]

@@ -96,7 +96,8 @@ def test_refusals_by_the_api_server_are_clear_errors(
     assert response.status_code == 404
     error = response.json()["error"]
     assert error["details"][0]["field"] == "resource"
-    assert "Unable to remove nonexistent key" in error["message"]
+    # The API server's own message for a failed JSON Patch is generic (422 Invalid).
+    assert "node node-a has no example.com/dongle in status.capacity" in error["message"]
 
     fake_api.refuse_next_patch(
         403,
