@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.api.envelope import ListEnvelope, envelope
 from app.api.kube_models import (
     ClusterStatusOut,
+    DraDeviceDetailOut,
     DraDeviceOut,
     ExtendedResourceChangeOut,
     ExtendedResourceIn,
@@ -20,6 +21,8 @@ from app.api.models import NOT_JSON, ErrorOut
 from app.clock import utcnow
 from app.inventory.cluster_pods import KubePodFilters, list_kube_pods
 from app.inventory.dra_devices import DraFilters, list_dra_devices
+from app.inventory.dra_history import dra_device_details
+from app.inventory.errors import NotFound
 from app.inventory.pages import DEFAULT_LIMIT, MAX_LIMIT
 from app.kube.extended_admin import change_extended_resource
 from app.kube.status import cluster_status
@@ -109,6 +112,25 @@ def dra_devices(
 ) -> dict[str, Any]:
     filters = DraFilters(node=node, driver=driver, pool=pool, allocated=allocated)
     return envelope(request, list_dra_devices(session, filters, cursor=cursor, limit=limit))
+
+
+@router.get(
+    "/dra/drivers/{driver}/pools/{pool:path}/devices/{device}",
+    response_model=DraDeviceDetailOut,
+    responses={404: {"model": ErrorOut, "description": "no such DRA device, now or before"}},
+    summary="One DRA device: its state now, its health history and who held it",
+)
+def dra_device(
+    session: ReadSession,
+    _: Reader,
+    driver: Annotated[str, Path(max_length=253)],
+    pool: Annotated[str, Path(max_length=253, description="may contain '/'")],
+    device: Annotated[str, Path(max_length=253)],
+) -> dict[str, Any]:
+    details = dra_device_details(session, driver, pool, device)
+    if details is None:
+        raise NotFound(f"no DRA device {driver}/{pool}/{device}")
+    return details
 
 
 @router.put(

@@ -88,6 +88,41 @@ class DraDeviceOut(BaseModel):
     updated_at: str | None
 
 
+class DraHealthEventOut(BaseModel):
+    at: str | None
+    node: str | None
+    health: str | None
+    raw_health: str | None
+    source: str | None
+    reported_by: str | None
+    message: str | None
+    before: str | None = Field(description="the health before this report")
+
+
+class DraAllocationOut(BaseModel):
+    node: str
+    namespace: str
+    pod: str
+    container: str
+    claim: str
+    share_id: str | None
+    started: str | None
+    ended: str | None
+
+
+class DraDeviceDetailOut(BaseModel):
+    driver: str
+    pool: str
+    device: str
+    published: bool = Field(description="the pool's newest generation lists the device")
+    current: DraDeviceOut | None
+    health: DraHealthOut | None
+    health_history: list[DraHealthEventOut] = Field(description="newest first")
+    allocation_history: list[DraAllocationOut] = Field(
+        description="containers that held it, as PodResources reported, newest first"
+    )
+
+
 class WatchStatusOut(BaseModel):
     model_config = ConfigDict(extra="allow")
 

@@ -67,3 +67,51 @@ def selector(key: str, operator: str, *values: str) -> dict[str, Any]:
     if values:
         expression["values"] = list(values)
     return {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+
+
+def dra_pod(
+    namespace: str,
+    name: str,
+    *,
+    node_name: str,
+    uid: str,
+    claims: list[dict[str, Any]],
+    generated: dict[str, str] | None = None,
+    health: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A pod with spec.resourceClaims; `generated`: reference name -> the claim made from its
+    template (status.resourceClaimStatuses); `health`: allocatedResourcesStatus of "main"."""
+    status: dict[str, Any] = {"phase": "Running"}
+    if generated:
+        status["resourceClaimStatuses"] = [
+            {"name": ref, "resourceClaimName": claim} for ref, claim in generated.items()
+        ]
+    if health:
+        status["containerStatuses"] = [
+            {
+                "name": "main",
+                "ready": True,
+                "allocatedResourcesStatus": [
+                    {
+                        "name": entry,
+                        "resources": [{"resourceID": i, "health": h} for i, h in ids.items()],
+                    }
+                    for entry, ids in health.items()
+                ],
+            }
+        ]
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": uid, "labels": {}},
+        "spec": {
+            "nodeName": node_name,
+            "resourceClaims": claims,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "trainer:1",
+                    "resources": {"claims": [{"name": c["name"]} for c in claims]},
+                }
+            ],
+        },
+        "status": status,
+    }
