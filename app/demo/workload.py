@@ -3,7 +3,8 @@
 In docker compose the kubelet and its plugins are separate containers, so the in-process
 workload of sim-node cannot run there; this one creates and deletes pods over the kubelet's
 control socket instead (device flaps come from the plugins' own --flap-interval). It uses
-the same namespaces and pod names as sim-node's workload, so both demos look alike.
+the same namespaces and pod names as sim-node's workload, and leaves the same reserve of free
+devices for pods created by hand, so both demos look alike.
 """
 
 from __future__ import annotations
@@ -14,8 +15,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.kubelet.deviceplugin import HEALTHY
 from app.sim.kubelet.control import ControlError, ControlUnavailable, call, control_socket_path
-from app.sim.workload import DEFAULT_MAX_PODS, POD_PREFIXES, WORKLOAD_NAMESPACES
+from app.sim.workload import (
+    DEFAULT_MAX_PODS,
+    POD_PREFIXES,
+    WORKLOAD_NAMESPACES,
+    leaves_reserve,
+    pod_requests,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,7 @@ class RemoteWorkload:
         self.created = 0
         self.deleted = 0
         self.rejected = 0
+        self.held_back = 0
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self._interval):
@@ -96,6 +105,11 @@ class RemoteWorkload:
             containers.append({"name": f"worker-{index}", "requests": requests})
         if rng.random() < SIDECAR_PROBABILITY:
             containers.append({"name": "log-shipper", "requests": {}})
+        requests = pod_requests(c["requests"] for c in containers)
+        if requests and not self._leaves_reserve(requests):
+            self.held_back += 1
+            log.info("workload pod held back pod=%s/%s reason=reserve", namespace, name)
+            return
         request = {"op": "pod.create", "namespace": namespace, "name": name}
         try:
             self._call({**request, "containers": containers})
@@ -105,3 +119,23 @@ class RemoteWorkload:
         except ControlError as e:
             self.rejected += 1
             log.info("workload pod rejected pod=%s/%s reason=%s", namespace, name, e)
+
+    def _leaves_reserve(self, requests: dict[str, int]) -> bool:
+        status = self._call({"op": "node.status"})["resources"]
+        held = {
+            (resource, device_id)
+            for pod in self._call({"op": "pod.list"})["pods"]
+            for container in pod["containers"]
+            for resource, assigned in container["devices"].items()
+            for device_id in assigned["device_ids"]
+        }
+        free = {
+            resource: sum(
+                1
+                for d in s["devices"]
+                if d["health"] == HEALTHY and (resource, d["id"]) not in held
+            )
+            for resource, s in status.items()
+        }
+        total = {resource: len(s["devices"]) for resource, s in status.items()}
+        return leaves_reserve(requests, free, total)

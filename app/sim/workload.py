@@ -5,6 +5,10 @@ containers, sometimes a sidecar without devices) or delete one, and now and then
 healthy device Unhealthy for a few steps. The same seed gives the same sequence of
 decisions; whether a pod is admitted still depends on what the devices look like then.
 The workload owns the pods in its namespaces, including ones restored after a restart.
+
+It leaves a quarter of each resource's devices free and healthy (`reserved`): a pod that would
+take them is not created, and a free device is not flapped while only the reserve is free. So
+a person trying the demo can always create a pod by hand (two of gpu-a's eight GPUs).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from app.kubelet.deviceplugin import HEALTHY, UNHEALTHY
@@ -27,6 +31,28 @@ DEFAULT_INTERVAL_SECONDS = 2.0
 DEFAULT_MAX_PODS = 8
 FLAP_PROBABILITY = 0.2
 KUBELET_VIEW_TIMEOUT_SECONDS = 2.0
+RESERVED_SHARE = 0.25
+
+
+def reserved(total: int) -> int:
+    """How many of a resource's `total` devices the workload leaves free for pods by hand."""
+    return int(total * RESERVED_SHARE)
+
+
+def leaves_reserve(
+    requests: Mapping[str, int], free: Mapping[str, int], total: Mapping[str, int]
+) -> bool:
+    """Whether a pod asking for `requests` leaves every resource its reserve of free devices."""
+    return all(free.get(r, 0) - n >= reserved(total.get(r, 0)) for r, n in requests.items())
+
+
+def pod_requests(containers: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Devices per resource a pod asks for, over all its containers."""
+    total: dict[str, int] = {}
+    for requests in containers:
+        for resource, count in requests.items():
+            total[resource] = total.get(resource, 0) + count
+    return total
 
 
 @dataclass
@@ -60,6 +86,7 @@ class Workload:
         self.created = 0
         self.deleted = 0
         self.rejected = 0
+        self.held_back = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="sim-workload", daemon=True)
@@ -116,6 +143,13 @@ class Workload:
             containers.append(ContainerSpec(f"worker-{index}", requests))
         if rng.random() < 0.3:
             containers.append(ContainerSpec("log-shipper", {}))
+        requests = pod_requests(c.requests for c in containers)
+        manager = self._kubelet.manager
+        free = {r: len(manager.free_healthy_devices(r)) for r in requests}
+        if not leaves_reserve(requests, free, manager.capacity()):
+            self.held_back += 1
+            log.info("workload pod held back pod=%s/%s reason=reserve", namespace, name)
+            return
         try:
             self._kubelet.create_pod(namespace, name, containers)
             self.created += 1
@@ -128,6 +162,9 @@ class Workload:
         resource = rng.choice(list(self._plugins))
         plugin = self._plugins[resource]
         healthy = sorted(d.id for d in plugin.devices() if d.health == HEALTHY)
+        free = {d.id for d in self._kubelet.manager.free_healthy_devices(resource)}
+        if len(free) <= reserved(len(plugin.devices())):
+            healthy = [i for i in healthy if i not in free]
         if not healthy:
             return
         device_id = rng.choice(healthy)

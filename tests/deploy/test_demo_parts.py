@@ -196,6 +196,31 @@ def test_remote_workload_creates_and_deletes_pods_through_the_control_socket(
     assert len(workload_pods(kubelet_with_plugin)) == workload.created - workload.deleted
 
 
+def test_remote_workload_leaves_devices_for_pods_by_hand(kubelet_with_plugin: Path) -> None:
+    """Like sim-node's workload: a quarter of the devices stay free (one of six dongles)."""
+    workload = RemoteWorkload(kubelet_with_plugin, seed=5, interval_seconds=3600)
+
+    def free() -> int:
+        status = call(control_socket_path(kubelet_with_plugin), {"op": "node.status"})
+        held = {
+            device_id
+            for pod in workload_pods(kubelet_with_plugin)
+            for container in pod["containers"]
+            for device_id in container["devices"]
+            .get("example.com/dongle", {})
+            .get("device_ids", [])
+        }
+        devices = status["resources"]["example.com/dongle"]["devices"]
+        return sum(1 for d in devices if d["health"] == "Healthy" and d["id"] not in held)
+
+    lowest = 6
+    for _ in range(40):
+        workload.step()
+        lowest = min(lowest, free())
+    assert lowest == 1
+    assert workload.held_back >= 1
+
+
 def test_remote_workload_waits_for_the_kubelet_then_drives_it(
     short_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

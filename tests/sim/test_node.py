@@ -154,3 +154,32 @@ def test_sim_kubelet_process_serves_a_separate_plugin_and_stops_on_sigint(
             exit_code = process.wait(timeout=20)
     assert exit_code == 0, log_path.read_text()[-2000:]
     assert not (root / "device-plugins" / "kubelet.sock").exists()
+
+
+def test_workload_leaves_a_quarter_of_each_resource_for_pods_by_hand(root: Path) -> None:
+    """The README's first command asks gpu-a for two of its eight GPUs while the workload runs."""
+    specs = [PluginSpec("nvidia.com/gpu", 8, "gpu"), PluginSpec("example.com/dongle", 4)]
+    with SimNode(root, specs, workload_seed=11, workload_interval=3600) as node:
+        assert node.workload is not None
+        manager = node.kubelet.manager
+        lowest = {"nvidia.com/gpu": 8, "example.com/dongle": 4}
+        wait_until(lambda: manager.allocatable() == lowest)
+        for _ in range(60):
+            node.workload.step()
+            for resource in lowest:
+                lowest[resource] = min(
+                    lowest[resource], len(manager.free_healthy_devices(resource))
+                )
+        assert lowest == {"nvidia.com/gpu": 2, "example.com/dongle": 1}
+        assert node.workload.created >= 5 and node.workload.held_back >= 1
+        pod = call(
+            control_socket_path(root),
+            {
+                "op": "pod.create",
+                "namespace": "demo",
+                "name": "my-job",
+                "containers": [{"name": "main", "requests": {"nvidia.com/gpu": 2}}],
+            },
+        )
+        [container] = pod["containers"]
+        assert len(container["devices"]["nvidia.com/gpu"]["device_ids"]) == 2
