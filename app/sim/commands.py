@@ -13,8 +13,10 @@ from typing import Any
 from app.signals import stop_on_signals, wait_for_stop
 from app.sim import ctl
 from app.sim.apiserver import commands as apiserver_commands
+from app.sim.kubeclient import KubeClient
 from app.sim.kubelet import SimKubelet
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
+from app.sim.kubelet.topology import DEFAULT_POLICY, POLICIES
 from app.sim.node import PluginSpec, SimNode
 from app.sim.plugin import DEFAULT_NODE_NAME
 from app.sim.workload import DEFAULT_INTERVAL_SECONDS
@@ -30,6 +32,11 @@ def register(subparsers: Any) -> None:
         "PodResources API under --root, with the kubelet's directory layout.",
     )
     _common(kubelet)
+    kubelet.add_argument(
+        "--node",
+        default=DEFAULT_NODE_NAME,
+        help="the node's name in the cluster (with --kubeconfig)",
+    )
     kubelet.set_defaults(func=run_kubelet)
 
     node = subparsers.add_parser(
@@ -63,7 +70,11 @@ def register(subparsers: Any) -> None:
         help="NUMA nodes for every plugin (default: 2 for gpu and mig, none for dongle)",
     )
     node.add_argument("--seed", type=int, default=0, help="seed for device ids (default 0)")
-    node.add_argument("--node", default=DEFAULT_NODE_NAME, help="node name device ids derive from")
+    node.add_argument(
+        "--node",
+        default=DEFAULT_NODE_NAME,
+        help="the node name: device ids derive from it, and the cluster knows the node by it",
+    )
     node.set_defaults(func=run_node)
 
     ctl.register(subparsers)
@@ -79,7 +90,26 @@ def _common(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long a dead plugin's devices count before capacity drops to 0 (default 300)",
     )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="join the cluster of this kubeconfig's API server: register the node, keep its "
+        "status (capacity and allocatable per device resource) and write a Pod per pod",
+    )
+    parser.add_argument(
+        "--topology-manager-policy",
+        choices=POLICIES,
+        default=DEFAULT_POLICY,
+        help=f"NUMA alignment of devices, as the kubelet's (default {DEFAULT_POLICY}: none; "
+        "the device plugin's preferred allocation decides)",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def _cluster_options(args: argparse.Namespace) -> dict[str, Any]:
+    """SimKubelet options from the common flags; ValueError for an unusable kubeconfig."""
+    client = KubeClient.from_kubeconfig(args.kubeconfig) if args.kubeconfig else None
+    return {"kube_client": client, "topology_policy": args.topology_manager_policy}
 
 
 def _plugin_spec(text: str) -> PluginSpec:
@@ -113,7 +143,9 @@ def _run_until_signal(start: Callable[[], None], stop: Callable[[], None]) -> in
 def run_kubelet(args: argparse.Namespace) -> int:
     _configure_logging(args.log_level)
     try:
-        kubelet = SimKubelet(args.root, grace_seconds=args.grace)
+        kubelet = SimKubelet(
+            args.root, grace_seconds=args.grace, node_name=args.node, **_cluster_options(args)
+        )
     except ValueError as e:
         log.error("invalid arguments reason=%s", e)
         return 2
@@ -132,6 +164,7 @@ def run_node(args: argparse.Namespace) -> int:
             numa_nodes=args.numa,
             seed=args.seed,
             node_name=args.node,
+            **_cluster_options(args),
         )
     except ValueError as e:
         log.error("invalid arguments reason=%s", e)

@@ -18,8 +18,10 @@ from pathlib import Path
 from types import TracebackType
 
 from app.kubelet.names import extended_resource_name_problem
+from app.sim.kubeclient import KubeClient
 from app.sim.kubelet import SimKubelet
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
+from app.sim.kubelet.topology import DEFAULT_POLICY
 from app.sim.plugin import DEFAULT_NODE_NAME, PROFILES, SimDevicePlugin
 from app.sim.workload import DEFAULT_INTERVAL_SECONDS, Workload
 
@@ -82,13 +84,21 @@ class SimNode:
         numa_nodes: int | None = None,
         seed: int = 0,
         node_name: str = DEFAULT_NODE_NAME,
+        kube_client: KubeClient | None = None,
+        topology_policy: str = DEFAULT_POLICY,
     ) -> None:
         resources = [p.resource for p in plugins]
         duplicates = sorted({r for r in resources if resources.count(r) > 1})
         if duplicates:
             raise ValueError(f"one plugin per resource; repeated: {', '.join(duplicates)}")
         self.root = Path(root)
-        self.kubelet = SimKubelet(self.root, grace_seconds=grace_seconds)
+        self.kubelet = SimKubelet(
+            self.root,
+            grace_seconds=grace_seconds,
+            kube_client=kube_client,
+            node_name=node_name,
+            topology_policy=topology_policy,
+        )
         self.plugins: dict[str, SimDevicePlugin] = {
             spec.resource: SimDevicePlugin(
                 spec.resource,

@@ -32,7 +32,7 @@ def numa_plugin_devices() -> list[PluginDevice]:
 def test_devices_come_from_one_numa_node_when_one_has_enough(
     start_kubelet: Callable[..., SimKubelet], start_plugin: Callable[..., RecordingPlugin]
 ) -> None:
-    kubelet = start_kubelet()
+    kubelet = start_kubelet(topology_policy="best-effort")
     start_plugin(GPU, numa_plugin_devices(), preferred_allocation_available=False)
     wait_until(lambda: kubelet.manager.allocatable() == {GPU: 4})
 
@@ -49,7 +49,7 @@ def test_devices_come_from_one_numa_node_when_one_has_enough(
 def test_request_spans_numa_nodes_when_no_single_node_has_room(
     start_kubelet: Callable[..., SimKubelet], start_plugin: Callable[..., RecordingPlugin]
 ) -> None:
-    kubelet = start_kubelet()
+    kubelet = start_kubelet(topology_policy="best-effort")
     start_plugin(GPU, numa_plugin_devices(), preferred_allocation_available=False)
     wait_until(lambda: kubelet.manager.allocatable() == {GPU: 4})
 

@@ -1,10 +1,10 @@
 """Pod admission: the device part of what the kubelet does when a pod is created.
 
 For each container and each extended resource it requests, in order: forget devices of
-pods that are gone, take the healthy devices no active pod holds, narrow them to one NUMA
-node when one node has enough (the lowest such node, as the topology manager prefers the
-narrowest, lowest mask), let the plugin choose through GetPreferredAllocation when it
-offers that, then call Allocate with exactly one container request and record the devices
+pods that are gone, take the healthy devices no active pod holds, narrow them to NUMA nodes
+as the topology manager policy says (topology.py; with the default policy, none, not at all),
+let the plugin choose through GetPreferredAllocation when it offers that, then call Allocate
+with exactly one container request and record the devices
 (keyed by NUMA node) and the plugin's ContainerAllocateResponse. PreStartContainer follows
 for plugins that require it. A request that cannot be met rejects the whole pod with a
 reason and leaves no devices assigned. Admissions are serialised, as in the kubelet.
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.kubelet.checkpoint import ContainerAllocation
-from app.sim.kubelet.devices import Assignment, DeviceInfo, DeviceManager, ids_by_numa
+from app.sim.kubelet.devices import Assignment, DeviceManager, ids_by_numa
 from app.sim.kubelet.endpoint import EndpointError
 from app.sim.kubelet.pods import (
     ContainerSpec,
@@ -29,6 +29,12 @@ from app.sim.kubelet.pods import (
     validate_containers,
     validate_pod_identity,
 )
+from app.sim.kubelet.topology import (
+    DEFAULT_POLICY,
+    POLICIES,
+    TopologyAffinityError,
+    candidates,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,20 +43,17 @@ class AdmissionError(Exception):
     """A pod was refused; the message is the reason shown to the user."""
 
 
-def numa_candidates(free: Sequence[DeviceInfo], count: int) -> list[DeviceInfo]:
-    """The devices to choose from: one NUMA node's if a node alone has enough."""
-    nodes = sorted({n for d in free for n in d.numa_nodes})
-    for node in nodes:
-        on_node = [d for d in free if node in d.numa_nodes]
-        if len(on_node) >= count:
-            return on_node
-    return list(free)
-
-
 class PodAdmitter:
     def __init__(
-        self, pods: PodStore, manager: DeviceManager, new_uid: Callable[[], str] | None = None
+        self,
+        pods: PodStore,
+        manager: DeviceManager,
+        new_uid: Callable[[], str] | None = None,
+        topology_policy: str = DEFAULT_POLICY,
     ):
+        if topology_policy not in POLICIES:
+            raise ValueError(f"topology manager policy must be one of {', '.join(POLICIES)}")
+        self.topology_policy = topology_policy
         self._pods = pods
         self._manager = manager
         self._new_uid = new_uid or (lambda: str(uuid.uuid4()))
@@ -61,7 +64,14 @@ class PodAdmitter:
         """Pods that hold devices: the active ones plus any being admitted right now."""
         return self._pods.active_uids() | set(self._admitting)
 
-    def create_pod(self, namespace: str, name: str, containers: Sequence[ContainerSpec]) -> Pod:
+    def create_pod(
+        self,
+        namespace: str,
+        name: str,
+        containers: Sequence[ContainerSpec],
+        uid: str | None = None,
+    ) -> Pod:
+        """Admit a pod; `uid` is the one the API server gave its Pod object, if there is one."""
         spec = tuple(containers)
         try:
             validate_pod_identity(namespace, name)
@@ -71,7 +81,7 @@ class PodAdmitter:
         with self._lock:
             if self._pods.find(namespace, name) is not None:
                 raise AdmissionError(f"pod {namespace}/{name} already exists")
-            pod = Pod(uid=self._new_uid(), namespace=namespace, name=name, containers=spec)
+            pod = Pod(uid=uid or self._new_uid(), namespace=namespace, name=name, containers=spec)
             self._admitting.add(pod.uid)
             try:
                 self._manager.remove_inactive_pods(self.active_uids())
@@ -135,8 +145,12 @@ class PodAdmitter:
                 f"not enough free healthy {resource} devices: requested {count}, "
                 f"free {len(free)} (total {len(devices)}, unhealthy {unhealthy})"
             )
-        candidates = numa_candidates(free, count)
-        by_id = {d.id: d for d in candidates}
+        healthy = [d for d in self._manager.devices(resource) if d.healthy]
+        try:
+            allowed = candidates(self.topology_policy, free, healthy, count)
+        except TopologyAffinityError as e:
+            raise AdmissionError(f"{resource}: {e} (policy {self.topology_policy})") from e
+        by_id = {d.id: d for d in allowed}
         chosen: list[str] = []
         if endpoint.options.get_preferred_allocation_available:
             preferred = endpoint.preferred_allocation(sorted(by_id), [], count)

@@ -8,8 +8,10 @@ Under a root directory it serves what a real kubelet serves under /var/lib/kubel
 - ``plugins_registry/``: watched for plugin-watcher registrations;
 - ``pod-resources/kubelet.sock``: PodResourcesLister (v1), rate limited.
 
-It also keeps ``devicedeck-sim/pods.json`` (pod names, which a real kubelet gets from the
-API server) and serves the control interface (control.py) on ``devicedeck-sim/control.sock``.
+With a kubeconfig it registers its Node with the API server, keeps the Node's status and
+writes a Pod object for each pod it runs (cluster.py). It also keeps
+``devicedeck-sim/pods.json`` (pod names and specs, which a real kubelet gets from the API
+server) and serves the control interface (control.py) on ``devicedeck-sim/control.sock``.
 
 In process::
 
@@ -33,7 +35,9 @@ from app.kubelet.checkpoint import CheckpointError, read_checkpoint, write_check
 from app.kubelet.paths import KubeletPaths, check_socket_path, unix_target
 from app.kubelet.proto import deviceplugin_pb2_grpc as dp_grpc
 from app.kubelet.proto import podresources_pb2_grpc as pr_grpc
+from app.sim.kubeclient import KubeClient
 from app.sim.kubelet.admission import AdmissionError, PodAdmitter, describe_pod
+from app.sim.kubelet.cluster import STATUS_UPDATE_SECONDS, ClusterMember
 from app.sim.kubelet.control import (
     ControlError,
     ControlServer,
@@ -57,6 +61,7 @@ from app.sim.kubelet.pods import (
     container_spec_from_json,
 )
 from app.sim.kubelet.registration import PluginRegistrar, RegistrationService, remove_stale_sockets
+from app.sim.kubelet.topology import DEFAULT_POLICY
 from app.sim.kubelet.watcher import DEFAULT_RECONCILE_SECONDS, PluginWatcher
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,10 @@ class SimKubelet:
         rate_limit_qps: float = DEFAULT_QPS,
         rate_limit_burst: int = DEFAULT_BURST,
         dial_timeout: float = DIAL_TIMEOUT_SECONDS,
+        topology_policy: str = DEFAULT_POLICY,
+        kube_client: KubeClient | None = None,
+        node_name: str | None = None,
+        status_update_seconds: float = STATUS_UPDATE_SECONDS,
     ) -> None:
         self.paths = KubeletPaths(Path(root).absolute())
         self.control_socket = control_socket_path(self.paths.root)
@@ -89,7 +98,18 @@ class SimKubelet:
             check_socket_path(socket_path)
         self.manager = DeviceManager(self._write_checkpoint, grace_seconds=grace_seconds)
         self.pods = PodStore(self.control_socket.parent / POD_STATE_FILE_NAME)
-        self.admitter = PodAdmitter(self.pods, self.manager)
+        self.admitter = PodAdmitter(self.pods, self.manager, topology_policy=topology_policy)
+        self.cluster: ClusterMember | None = None
+        if kube_client is not None:
+            if not node_name:
+                raise ValueError("a node name is needed to join the cluster")
+            self.cluster = ClusterMember(
+                kube_client,
+                node_name,
+                self.manager,
+                self.pods.active,
+                update_seconds=status_update_seconds,
+            )
         self._registrar = PluginRegistrar(self.manager, dial_timeout=dial_timeout)
         self.watcher = PluginWatcher(
             self.paths.plugins_registry_dir,
@@ -141,6 +161,8 @@ class SimKubelet:
                 target=self._housekeep, name="sim-kubelet housekeeping", daemon=True
             )
             self._housekeeping.start()
+            if self.cluster is not None:
+                self.cluster.start()
         except BaseException:
             self.stop()
             raise
@@ -150,6 +172,8 @@ class SimKubelet:
         if not self._started:
             return
         self._started = False
+        if self.cluster is not None:
+            self.cluster.stop()
         # From here on, streams ending are our doing, not plugin failures.
         self.manager.close()
         self._stop.set()
@@ -229,10 +253,15 @@ class SimKubelet:
     # --- pods and devices -----------------------------------------------------------------
 
     def create_pod(self, namespace: str, name: str, containers: Sequence[ContainerSpec]) -> Pod:
-        return self.admitter.create_pod(namespace, name, containers)
+        if self.cluster is None:
+            return self.admitter.create_pod(namespace, name, containers)
+        return self.cluster.admit(namespace, name, containers, self.admitter.create_pod)
 
     def delete_pod(self, namespace: str, name: str) -> Pod:
-        return self.admitter.delete_pod(namespace, name)
+        pod = self.admitter.delete_pod(namespace, name)
+        if self.cluster is not None:
+            self.cluster.pod_gone(pod)
+        return pod
 
     def attach_device_controller(self, resource: str, controller: DeviceController) -> None:
         """Let the control interface change devices of a plugin living in this process."""

@@ -1,0 +1,177 @@
+"""The simulated kubelet against the simulated API server: its Node, the Node's status as the
+kubelet keeps it, and a Pod object for every pod it runs, under the same uid."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from app.kubelet.checkpoint import read_checkpoint
+from app.sim.apiserver import SimApiServer
+from app.sim.apiserver.resources import NODES, PODS
+from app.sim.kubeclient import KubeClient
+from app.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
+
+from .helpers import RecordingPlugin, wait_until
+
+GPU = "example.com/gpu"
+DONGLE = "example.com/dongle"
+NODE = "node-a"
+
+
+@pytest.fixture
+def api() -> Iterator[SimApiServer]:
+    server = SimApiServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def joined(
+    api: SimApiServer, start_kubelet: Callable[..., SimKubelet]
+) -> Callable[..., SimKubelet]:
+    def start(**options: Any) -> SimKubelet:
+        client = KubeClient(api.url, api.store.admin_token)
+        return start_kubelet(kube_client=client, node_name=NODE, **options)
+
+    return start
+
+
+def node(api: SimApiServer) -> dict[str, Any]:
+    found = api.store.find("nodes", NODE)
+    return found or {}
+
+
+def resources(api: SimApiServer, section: str) -> dict[str, str]:
+    values: dict[str, str] = (node(api).get("status") or {}).get(section) or {}
+    return {k: v for k, v in values.items() if "/" in k}
+
+
+def pods(api: SimApiServer) -> dict[str, dict[str, Any]]:
+    items, _ = api.store.list(PODS, lambda _obj: True)
+    return {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in items}
+
+
+def test_the_node_registers_and_its_status_follows_device_health(
+    api: SimApiServer,
+    joined: Callable[..., SimKubelet],
+    start_plugin: Callable[..., RecordingPlugin],
+) -> None:
+    joined()
+    plugin = start_plugin(GPU, 4)
+    wait_until(lambda: resources(api, "capacity") == {GPU: "4"}, timeout=20)
+    assert node(api)["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+    assert resources(api, "allocatable") == {GPU: "4"}
+    ready = next(c for c in node(api)["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+
+    # An unhealthy device lowers allocatable, not capacity.
+    plugin.set_health("d1", "Unhealthy")
+    wait_until(lambda: resources(api, "allocatable") == {GPU: "3"}, timeout=20)
+    assert resources(api, "capacity") == {GPU: "4"}
+    plugin.set_health("d1", "Healthy")
+    wait_until(lambda: resources(api, "allocatable") == {GPU: "4"}, timeout=20)
+
+
+def test_a_resource_whose_plugin_is_gone_drops_to_zero_after_the_grace_period(
+    api: SimApiServer,
+    joined: Callable[..., SimKubelet],
+    start_plugin: Callable[..., RecordingPlugin],
+) -> None:
+    joined(grace_seconds=0.5)
+    plugin = start_plugin(GPU, 2)
+    wait_until(lambda: resources(api, "capacity") == {GPU: "2"}, timeout=20)
+    plugin.stop(grace=0)
+    wait_until(lambda: resources(api, "capacity") == {GPU: "0"}, timeout=20)
+    assert resources(api, "allocatable") == {GPU: "0"}
+
+
+def test_hand_advertised_resources_are_kept_and_copied_into_allocatable(
+    api: SimApiServer,
+    joined: Callable[..., SimKubelet],
+    start_plugin: Callable[..., RecordingPlugin],
+) -> None:
+    joined(status_update_seconds=0.5)
+    start_plugin(GPU, 2)
+    wait_until(lambda: resources(api, "capacity") == {GPU: "2"}, timeout=20)
+    # The documented procedure: a JSON Patch of the node's status.
+    api.store.update(
+        NODES,
+        None,
+        NODE,
+        [{"op": "add", "path": "/status/capacity/example.com~1dongle", "value": "4"}],
+        subresource="status",
+        content_type="application/json-patch+json",
+    )
+    wait_until(lambda: resources(api, "allocatable").get(DONGLE) == "4", timeout=20)
+    assert resources(api, "capacity") == {GPU: "2", DONGLE: "4"}
+    # Removed from capacity: allocatable follows on the next update.
+    api.store.update(
+        NODES,
+        None,
+        NODE,
+        [{"op": "remove", "path": "/status/capacity/example.com~1dongle"}],
+        subresource="status",
+        content_type="application/json-patch+json",
+    )
+    wait_until(lambda: DONGLE not in resources(api, "allocatable"), timeout=20)
+    assert resources(api, "capacity") == {GPU: "2"}
+
+
+def test_pods_have_pod_objects_under_the_kubelets_uid(
+    api: SimApiServer,
+    joined: Callable[..., SimKubelet],
+    start_plugin: Callable[..., RecordingPlugin],
+) -> None:
+    kubelet = joined()
+    start_plugin(GPU, 2)
+    wait_until(lambda: kubelet.manager.allocatable() == {GPU: 2})
+
+    pod = kubelet.create_pod("ml", "train", [ContainerSpec("main", {GPU: 2})])
+    obj = pods(api)["ml/train"]
+    assert obj["metadata"]["uid"] == pod.uid
+    assert obj["spec"]["nodeName"] == NODE
+    assert obj["spec"]["containers"][0]["resources"]["requests"] == {GPU: "2"}
+    assert obj["status"]["phase"] == "Running"
+    checkpoint = read_checkpoint(kubelet.paths.checkpoint)
+    assert {e.pod_uid for e in checkpoint.entries} == {pod.uid}
+
+    # A refused pod leaves no Pod object behind.
+    with pytest.raises(AdmissionError):
+        kubelet.create_pod("ml", "greedy", [ContainerSpec("main", {GPU: 1})])
+    assert set(pods(api)) == {"ml/train"}
+
+    kubelet.delete_pod("ml", "train")
+    assert pods(api) == {}
+
+
+def test_pod_objects_of_pods_that_went_while_it_was_down_are_deleted(
+    api: SimApiServer, joined: Callable[..., SimKubelet]
+) -> None:
+    kubelet = joined(status_update_seconds=0.5)
+    kubelet.create_pod("ml", "kept", [ContainerSpec("main", {})])
+    api.store.put(
+        "pods",
+        {
+            "metadata": {
+                "namespace": "ml",
+                "name": "gone",
+                "labels": {"devicedeck.dev/simulated": "true"},
+            },
+            "spec": {"nodeName": NODE, "containers": [{"name": "main"}]},
+        },
+    )
+    api.store.put(
+        "pods",
+        {
+            "metadata": {"namespace": "ml", "name": "someone-elses"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "main"}]},
+        },
+    )
+    wait_until(lambda: "ml/gone" not in pods(api), timeout=20)
+    assert set(pods(api)) == {"ml/kept", "ml/someone-elses"}
+    assert pods(api)["ml/kept"]["status"]["phase"] == "Running"
