@@ -1,5 +1,6 @@
 """deploy/kubernetes: every object is a valid Kubernetes object (the official client's
-models), the agent mounts directories, and RBAC grants exactly what app/kube calls."""
+models), the agent mounts directories read-only, and RBAC grants exactly what app/kube calls,
+the node status patch only through its optional component."""
 
 from __future__ import annotations
 
@@ -15,37 +16,32 @@ import app.kube.client as kube_client
 from app.kube.client import Kind
 
 from .helpers import REPO, parse_command
+from .manifests import (
+    AGENT_NAMESPACE,
+    BASE,
+    COMPONENT_DIRS,
+    EVERYTHING,
+    KUSTOMIZATION,
+    MANIFESTS,
+    MONITORING,
+    SERVER_NAMESPACE,
+    Obj,
+    containers,
+    find,
+    manifest_files,
+)
 
-MANIFESTS = REPO / "deploy" / "kubernetes"
-KUSTOMIZATION = "kustomization.yaml"
-NAMESPACE = "devicedeck"
 REQUIRED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/part-of")
+# Both read-only: the agent reads the checkpoint and connects to sockets, and connect()
+# needs no write access to the directory (tests/deploy/test_read_only_mount.py shows it).
 AGENT_DIRECTORIES = {
-    "/var/lib/kubelet/pod-resources": False,  # read-write: connecting needs write access
-    "/var/lib/kubelet/device-plugins": True,  # read-only
+    "/var/lib/kubelet/pod-resources": True,
+    "/var/lib/kubelet/device-plugins": True,
 }
-
-Obj = dict[str, Any]
-
-
-def load_objects() -> list[tuple[str, Obj]]:
-    objects = []
-    for path in sorted(MANIFESTS.glob("*.yaml")):
-        if path.name == KUSTOMIZATION:
-            continue
-        for document in yaml.safe_load_all(path.read_text()):
-            if document is not None:
-                objects.append((path.name, document))
-    return objects
-
-
-OBJECTS = load_objects()
-
-
-def find(kind: str, name: str | None = None) -> Obj:
-    matches = [o for _, o in OBJECTS if o["kind"] == kind and name in (None, o["metadata"]["name"])]
-    assert len(matches) == 1, f"expected one {kind} {name or ''}, found {len(matches)}"
-    return matches[0]
+# Custom resources of the Prometheus Operator: no model in the Kubernetes client
+# (tests/deploy/test_monitoring.py checks them).
+CUSTOM_GROUPS = {"monitoring.coreos.com"}
+CORE_OBJECTS = [(f, o) for f, o in EVERYTHING if o["apiVersion"].split("/")[0] not in CUSTOM_GROUPS]
 
 
 def model_class(obj: Obj) -> str:
@@ -64,8 +60,8 @@ def without_empty(value: Any) -> Any:
 
 @pytest.mark.parametrize(
     "obj",
-    [o for _, o in OBJECTS],
-    ids=[f"{f}:{o['kind']}/{o['metadata']['name']}" for f, o in OBJECTS],
+    [o for _, o in CORE_OBJECTS],
+    ids=[f"{f}:{o['kind']}/{o['metadata']['name']}" for f, o in CORE_OBJECTS],
 )
 def test_manifest_deserialises_into_the_official_models_without_losing_fields(obj: Obj) -> None:
     api = k8s.ApiClient()
@@ -80,12 +76,17 @@ def test_manifest_deserialises_into_the_official_models_without_losing_fields(ob
 
 def test_every_object_carries_the_recommended_labels_and_namespace() -> None:
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
-    for filename, obj in OBJECTS:
+    for filename, obj in EVERYTHING:
         labels = obj["metadata"].get("labels", {})
         for label in REQUIRED_LABELS:
             assert labels.get(label) == "devicedeck", f"{filename} {obj['kind']}: {label}"
         if obj["kind"] not in cluster_scoped:
-            assert obj["metadata"]["namespace"] == NAMESPACE, f"{filename} {obj['kind']}"
+            # The agent's objects in the agents' namespace, everything else in the service's.
+            component = labels.get("app.kubernetes.io/component")
+            namespace = AGENT_NAMESPACE if component == "agent" else SERVER_NAMESPACE
+            if obj["kind"] == "Secret":
+                namespace = obj["metadata"]["namespace"]  # the example shows both
+            assert obj["metadata"]["namespace"] == namespace, f"{filename} {obj['kind']}"
         template = obj.get("spec", {}).get("template")
         if template is not None:
             pod_labels = template["metadata"]["labels"]
@@ -95,18 +96,25 @@ def test_every_object_carries_the_recommended_labels_and_namespace() -> None:
 
 def test_kustomization_applies_every_manifest_but_the_secret_example() -> None:
     kustomization = yaml.safe_load((MANIFESTS / KUSTOMIZATION).read_text())
-    files = {p.name for p in MANIFESTS.glob("*.yaml")} - {KUSTOMIZATION}
+    files = {p.name for p in manifest_files(MANIFESTS)}
     assert set(kustomization["resources"]) == files - {"secrets.example.yaml"}
-    images = {c["image"].split(":")[0] for _, o in OBJECTS for c in containers(o)}
+    images = {c["image"].split(":")[0] for _, o in EVERYTHING for c in containers(o)}
     assert images == {i["name"] for i in kustomization["images"]}
+    # Optional parts are off by default.
+    assert "components" not in kustomization
 
 
-def containers(obj: Obj) -> list[Obj]:
-    template = obj.get("spec", {}).get("template")
-    if template is None:
-        return []
-    spec = template["spec"]
-    return [*spec.get("initContainers", []), *spec["containers"]]
+@pytest.mark.parametrize("directory", [*COMPONENT_DIRS, MONITORING], ids=lambda d: d.name)
+def test_each_component_lists_every_file_beside_it(directory: Path) -> None:
+    kustomization = yaml.safe_load((directory / KUSTOMIZATION).read_text())
+    assert kustomization["kind"] == "Component"
+    listed = set(kustomization.get("resources", []))
+    listed |= {
+        f.split("=")[-1] for g in kustomization.get("configMapGenerator", []) for f in g["files"]
+    }
+    files = {p.name for p in manifest_files(directory)}
+    files |= {p.name for p in directory.glob("*.json")}
+    assert listed == files
 
 
 def secret_ref(container: Obj, variable: str) -> tuple[str, str]:
@@ -150,7 +158,7 @@ def test_service_is_cluster_ip_and_selects_the_server_pods() -> None:
     assert port["targetPort"] == "http"
 
 
-def test_agent_daemonset_mounts_kubelet_directories_never_sockets() -> None:
+def test_agent_daemonset_mounts_kubelet_directories_read_only_never_sockets() -> None:
     daemonset = find("DaemonSet", "devicedeck-agent")
     pod = daemonset["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -206,7 +214,7 @@ def test_agent_has_no_api_server_access() -> None:
     assert pod["serviceAccountName"] == "devicedeck-agent"
     assert pod["automountServiceAccountToken"] is False
     for kind in ("RoleBinding", "ClusterRoleBinding"):
-        for _, obj in OBJECTS:
+        for _, obj in EVERYTHING:
             if obj["kind"] == kind:
                 subjects = {(s["kind"], s["name"]) for s in obj["subjects"]}
                 assert ("ServiceAccount", "devicedeck-agent") not in subjects
@@ -283,23 +291,30 @@ def granted(role: Obj) -> set[Grant]:
     return grants
 
 
+NODE_STATUS_PATCH: Grant = ("", "nodes/status", "patch")
+
+
 def test_server_rbac_grants_exactly_what_app_kube_calls() -> None:
     needed = grants_used_by_code()
-    assert ("", "nodes/status", "patch") in needed, "the code scan found no status patch"
+    assert NODE_STATUS_PATCH in needed, "the code scan found no status patch"
     assert {("", "nodes", "watch"), ("resource.k8s.io", "resourceclaims", "list")} <= needed
-    role = find("ClusterRole", "devicedeck-server")
-    assert granted(role) == needed
+    # The base grants all but the status patch, which only the optional component adds.
+    assert granted(find("ClusterRole", "devicedeck-server")) == needed - {NODE_STATUS_PATCH}
+    assert granted(find("ClusterRole", "devicedeck-server-node-status")) == {NODE_STATUS_PATCH}
+    base_roles = [o for _, o in BASE if o["kind"] in ("Role", "ClusterRole")]
+    assert [r["metadata"]["name"] for r in base_roles] == ["devicedeck-server"]
 
 
-def test_server_role_is_bound_to_the_server_account_only() -> None:
-    binding = find("ClusterRoleBinding", "devicedeck-server")
+@pytest.mark.parametrize("role", ["devicedeck-server", "devicedeck-server-node-status"])
+def test_server_roles_are_bound_to_the_server_account_only(role: str) -> None:
+    binding = find("ClusterRoleBinding", role)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
-        "name": "devicedeck-server",
+        "name": role,
     }
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "devicedeck", "namespace": NAMESPACE}
+        {"kind": "ServiceAccount", "name": "devicedeck", "namespace": SERVER_NAMESPACE}
     ]
-    roles = [o for _, o in OBJECTS if o["kind"] in ("Role", "ClusterRole")]
-    assert len(roles) == 1
+    roles = [o for _, o in EVERYTHING if o["kind"] in ("Role", "ClusterRole")]
+    assert len(roles) == 2
