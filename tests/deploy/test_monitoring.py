@@ -3,14 +3,11 @@ the dashboard query what exists, and docs/metrics.md lists exactly what the code
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,10 +18,10 @@ from app.main import create_app
 
 from .helpers import REPO
 from .manifests import MONITORING, Obj, containers, find, pod_labels, selects
+from .monitoring import DASHBOARD, run_promtool
 
 RULES = MONITORING / "prometheus-rule.yaml"
 RULES_TEST = MONITORING / "rules-test.yaml"
-DASHBOARD = MONITORING / "grafana-dashboard.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
 # Fields of the Prometheus Operator's monitoring.coreos.com/v1 types that these files may use
 # (from its API types); a misspelt field would be dropped by the API server without a word.
@@ -45,27 +42,12 @@ KNOWN_FIELDS = {
 METRIC_NAME = re.compile(r"\b(devicedeck_[a-z_]+|up)\b")
 
 
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
-    return path
-
-
 def rule_file(directory: Path) -> Path:
     """The PrometheusRule's spec as a plain Prometheus rule file, as promtool reads it."""
     spec = yaml.safe_load(RULES.read_text())["spec"]
     path = directory / "devicedeck.rules.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
-
-
-def run_promtool(*args: str, cwd: Path) -> str:
-    result = subprocess.run(
-        [promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, f"promtool {' '.join(args)}:\n{result.stdout}{result.stderr}"
-    return result.stdout
 
 
 def alert_rules() -> list[Obj]:
@@ -175,87 +157,6 @@ def test_the_pod_monitor_and_service_reach_every_agents_metrics_port_with_its_no
     assert selects(service["spec"]["selector"], pod_labels(agent))
     (port,) = service["spec"]["ports"]
     assert port["targetPort"] in ports
-
-
-# --- the dashboard -------------------------------------------------------------------------
-
-
-def dashboard() -> Obj:
-    board: Obj = json.loads(DASHBOARD.read_text())
-    return board
-
-
-def dashboard_queries() -> dict[str, list[str]]:
-    """Each panel's title and its queries."""
-    return {
-        panel["title"]: [target["expr"] for target in panel["targets"]]
-        for panel in dashboard()["panels"]
-        if panel["type"] != "row"
-    }
-
-
-def as_prometheus_query(expr: str) -> str:
-    """A dashboard query as Prometheus gets it, with Grafana's variables filled in."""
-    return (
-        expr.replace("$__rate_interval", "2m")
-        .replace('"$node"', '".*"')
-        .replace('"$resource"', '".*"')
-    )
-
-
-def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
-    rules = [
-        {"record": f"devicedeck:dashboard_query_{i}", "expr": as_prometheus_query(expr)}
-        for i, expr in enumerate(e for exprs in dashboard_queries().values() for e in exprs)
-    ]
-    assert rules
-    path = tmp_path / "dashboard.rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    run_promtool("check", "rules", path.name, cwd=tmp_path)
-
-
-def test_dashboard_shows_health_and_allocation_per_resource_and_node_and_unhealthy_devices() -> (
-    None
-):
-    board = dashboard()
-    assert board["uid"] == "devicedeck"
-    variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert variables["datasource"]["query"] == "prometheus"
-    assert {"node", "resource"} <= set(variables)
-    panels = {p["title"]: p for p in board["panels"] if p["type"] != "row"}
-    queries = dashboard_queries()
-
-    def over_time(metric: str, grouping: str) -> bool:
-        return any(
-            panels[title]["type"] == "timeseries"
-            and any(metric + "{" in e and f"sum by ({grouping})" in e for e in exprs)
-            for title, exprs in queries.items()
-        )
-
-    assert over_time("devicedeck_node_devices", "resource, health")
-    assert over_time("devicedeck_node_devices", "node, resource, health")
-    assert over_time("devicedeck_node_devices_allocated", "resource")
-    assert over_time("devicedeck_node_devices_allocated", "node, resource")
-    table = panels["Unhealthy devices and their holders"]
-    assert table["type"] == "table"
-    (target,) = table["targets"]
-    assert target["format"] == "table" and target["instant"] is True
-    assert "devicedeck_device_healthy" in target["expr"] and target["expr"].endswith("== 0")
-    shown = table["transformations"][0]["options"]["renameByName"]
-    assert {"node", "resource", "device", "namespace", "pod"} <= set(shown)
-    # Every query follows the dashboard's node and resource choices where it can.
-    for title, exprs in queries.items():
-        for expr in exprs:
-            if "devicedeck_node_devices" in expr:
-                assert 'node=~"$node"' in expr and 'resource=~"$resource"' in expr, title
-
-
-def test_monitoring_component_ships_the_dashboard_file_for_grafanas_sidecar() -> None:
-    kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
-    (generator,) = kustomization["configMapGenerator"]
-    assert generator["files"] == [f"devicedeck.json={DASHBOARD.name}"]
-    assert generator["options"]["labels"]["grafana_dashboard"] == "1"
-    assert generator["options"]["disableNameSuffixHash"] is True
 
 
 # --- docs/metrics.md and the code ----------------------------------------------------------
