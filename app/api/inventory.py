@@ -15,12 +15,14 @@ from app.api.models import (
     EventOut,
     NodeDetailOut,
     NodeOut,
+    PodDetailOut,
     PodOut,
     ResourceOut,
 )
 from app.inventory.history import EventFilters, list_events
 from app.inventory.pages import DEFAULT_LIMIT, MAX_KEY, MAX_LIMIT
-from app.inventory.pods import PodFilters, get_pod, list_pods
+from app.inventory.pod_history import get_pod_history
+from app.inventory.pods import PodFilters, list_pods
 from app.inventory.queries import (
     DeviceFilters,
     NodeFilters,
@@ -168,14 +170,14 @@ def pods(
 
 @router.get(
     "/pods/{namespace}/{name}",
-    response_model=PodOut,
+    response_model=PodDetailOut,
     responses=NOT_FOUND,
-    summary="One pod: containers and the devices they hold",
+    summary="One pod, running or finished: every device it held, when, and its health meanwhile",
 )
 def pod(
     namespace: str, name: str, session: ReadSession, _: Reader, clock: QueryClock
 ) -> dict[str, Any]:
-    return get_pod(session, namespace, name, clock)
+    return get_pod_history(session, namespace, name, clock)
 
 
 @router.get(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from app.api.kube_models import DraDeviceOut, ExtendedResourceOut
 
@@ -129,6 +129,47 @@ class PodOut(BaseModel):
     node: str
     nodes: list[str]
     containers: list[ContainerOut]
+
+
+class HealthSpanOut(BaseModel):
+    health: str
+    since: str
+    until: str
+
+
+class PodHoldOut(PodDeviceOut):
+    node: str
+    pod_uid: str | None
+    ended: str | None
+    health_during: list[HealthSpanOut] = Field(
+        description="the device's health from `started` until `ended` (or now)"
+    )
+    unhealthy_while_held: bool
+
+
+class PodClaimHoldOut(PodClaimOut):
+    ended: str | None
+
+
+class PodContainerHistoryOut(BaseModel):
+    name: str
+    devices: list[PodHoldOut]
+    claims: list[PodClaimHoldOut]
+
+
+class PodDetailOut(BaseModel):
+    namespace: str
+    name: str
+    uid: str | None
+    uids: list[str]
+    node: str
+    nodes: list[str]
+    running: bool
+    started: str
+    ended: str | None
+    unhealthy_while_held: bool
+    history_truncated: bool
+    containers: list[PodContainerHistoryOut]
 
 
 class ResourceTotals(Counts):

@@ -9,7 +9,6 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, literal, select, tuple_, union
 from sqlalchemy.orm import Session
 
-from app.inventory.errors import NotFound
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
 from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
 from app.inventory.queries import Clock, _iso, effective_health
@@ -64,11 +63,16 @@ def list_pods(
     return Page(items=items, next_cursor=next_cursor, count=count)
 
 
-def get_pod(session: Session, namespace: str, name: str, clock: Clock) -> dict[str, Any]:
-    found = _pods_with_devices(session, [(namespace, name)], clock)
-    if not found:
-        raise NotFound(f"no pod {namespace}/{name} holds a device now")
-    return found[0]
+def claim_summary(claim: ClaimAllocation) -> dict[str, Any]:
+    return {
+        "claim": f"{claim.claim_namespace}/{claim.claim_name}",
+        "driver": claim.driver,
+        "pool": claim.pool,
+        "device": claim.device,
+        "share_id": claim.share_id,
+        "cdi_devices": list(claim.cdi_devices),
+        "started": _iso(claim.started),
+    }
 
 
 def _pods_with_devices(
@@ -123,17 +127,7 @@ def _pods_with_devices(
         )
     for claim, node_name, _ in claim_rows:
         container = container_of(claim.namespace, claim.pod, node_name, claim.container)
-        container["claims"].append(
-            {
-                "claim": f"{claim.claim_namespace}/{claim.claim_name}",
-                "driver": claim.driver,
-                "pool": claim.pool,
-                "device": claim.device,
-                "share_id": claim.share_id,
-                "cdi_devices": list(claim.cdi_devices),
-                "started": _iso(claim.started),
-            }
-        )
+        container["claims"].append(claim_summary(claim))
     result = []
     for key in pairs:
         if key not in pods:

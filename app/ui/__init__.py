@@ -17,7 +17,7 @@ def install_ui(app: FastAPI) -> None:
     from app.ui.cache import PageCache
     from app.ui.error_page import page_error
     from app.ui.live import start_live_updates
-    from app.ui.routes import devices, events, extended, login, nodes, overview, pods
+    from app.ui.routes import devices, events, extended, login, missing, nodes, overview, pods
     from app.ui.security import SecurityHeadersMiddleware
     from app.ui.stream import router as stream_router
     from app.ui.templating import STATIC, build_environment
@@ -28,10 +28,12 @@ def install_ui(app: FastAPI) -> None:
         app.include_router(module.router)
     app.include_router(stream_router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    # Last: it answers every path nothing above matched.
+    app.include_router(missing.router)
     app.add_middleware(SecurityHeadersMiddleware)
     install_access_handlers(app)
     app.state.error_page = page_error
     app.state.background_starters.append(start_live_updates)
-    missing = missing_assets()
-    if missing:
-        log.warning("dashboard scripts missing (run `make assets`) files=%s", ",".join(missing))
+    absent = missing_assets()
+    if absent:
+        log.warning("dashboard scripts missing (run `make assets`) files=%s", ",".join(absent))

@@ -206,3 +206,40 @@ def _segment(
         "begin": begin.isoformat(),
         "end": finish.isoformat() if finish else None,
     }
+
+
+def pod_timeline(pod: dict[str, Any], now: datetime, width: int = 1000) -> dict[str, Any]:
+    """One lane per device hold, on an axis from the pod's first hold to its last release (or
+    now): the device's health while the pod held it, blank outside the hold."""
+    start = datetime.fromisoformat(pod["started"])
+    end = datetime.fromisoformat(pod["ended"]) if pod["ended"] else now
+    total = max((end - start).total_seconds(), 1.0)
+
+    def x(moment: str) -> float:
+        seconds = (datetime.fromisoformat(moment) - start).total_seconds()
+        return round(min(max(seconds / total, 0.0), 1.0) * width, 2)
+
+    lanes = []
+    for container in pod["containers"]:
+        for hold in container["devices"]:
+            segments = []
+            for span in hold["health_during"]:
+                segment = _segment(
+                    x(span["since"]),
+                    x(span["until"]),
+                    span["health"],
+                    datetime.fromisoformat(span["since"]),
+                    datetime.fromisoformat(span["until"]),
+                )
+                segments.append(segment)
+            if hold["ended"] is None and segments:
+                segments[-1]["end"] = None  # still held: "until now"
+            lanes.append({"container": container["name"], "hold": hold, "segments": segments})
+    return {
+        "width": width,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "middle": (start + (end - start) / 2).isoformat(),
+        "running": pod["ended"] is None,
+        "lanes": lanes,
+    }

@@ -147,7 +147,10 @@ def test_allocation_starts_and_ends_and_history_is_kept(api: Api) -> None:
     assert gone["released"] == 1
     assert api.devices(allocated=True) == []
     assert api.get("/api/v1/pods")["results"] == []
-    api.get("/api/v1/pods/ml/trainer", expect=404)
+    # A finished pod keeps its page: what it held, and until when.
+    finished = api.get("/api/v1/pods/ml/trainer")
+    assert finished["running"] is False
+    assert [d["ended"] is not None for d in finished["containers"][0]["devices"]] == [True]
 
     detail = api.device("node-a", "gpu-0")
     assert detail["allocation"] is None
@@ -417,11 +420,13 @@ def test_dra_dynamic_resources_are_kept_and_shown_on_the_pod(api: Api) -> None:
         "share_id": None,
         "cdi_devices": ["vendor.com/gpu=gpu3"],
         "started": claim["started"],
+        "ended": None,
     }
     assert [p["name"] for p in api.get("/api/v1/pods")["results"]] == ["infer"]
 
     assert api.ingest_podresources(podresources("node-d", [], 2))["released"] == 1
-    api.get("/api/v1/pods/serving/infer", expect=404)
+    [claim] = api.get("/api/v1/pods/serving/infer")["containers"][0]["claims"]
+    assert claim["ended"] is not None
 
 
 def test_response_counts_what_changed(api: Api) -> None:

@@ -59,7 +59,7 @@ def test_pod_uid_joins_allocations_and_deletion_ends_them(
 
     fake_api.delete("pods", "trainer-0", namespace="ml")
     wait_for(
-        lambda: client.get("/api/v1/pods/ml/trainer-0", headers=auth).status_code == 404,
+        lambda: _get(client, auth, "/api/v1/pods/ml/trainer-0")["running"] is False,
         what="the deleted pod's allocations to end",
     )
     released = _get(client, auth, "/api/v1/events?kind=released&pod=trainer-0")["results"]

@@ -206,7 +206,7 @@ def test_pods_page_lists_namespaces_pods_containers_devices(pages: Pages, ingest
     sections = results.find_all("section", class_="card card-flush namespace")
     assert [s.one("h2").clean_text for s in sections] == ["Namespace ml"]
     pods = sections[0].find_all("tbody", class_="pod")
-    assert [p.one("span", class_="pod-name").text for p in pods] == [
+    assert [p.one("a", class_="pod-name").text for p in pods] == [
         "pair",
         "trainer-0",
         "trainer-1",
@@ -225,9 +225,9 @@ def test_pods_page_lists_namespaces_pods_containers_devices(pages: Pages, ingest
     assert containers(pods[1]) == [("main", ["gpu-0", "gpu-1"])]
     assert "node-a" in pods[1].clean_text
     only_b = pages.dom("/pods?node=node-b&q=trainer").by_id("pod-results")
-    assert [
-        p.one("span", class_="pod-name").text for p in only_b.find_all("tbody", class_="pod")
-    ] == ["trainer-1"]
+    assert [p.one("a", class_="pod-name").text for p in only_b.find_all("tbody", class_="pod")] == [
+        "trainer-1"
+    ]
 
 
 def test_events_page_filters_by_kind_and_node(pages: Pages, ingest: Ingest) -> None:

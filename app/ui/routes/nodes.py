@@ -59,6 +59,20 @@ def nodes(request: Request, viewer: Viewer, session: ReadSession, clock: QueryCl
     return respond(request, viewer, view)
 
 
+def pods_holding(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods holding a device of the node now, with how many each holds, by name."""
+    counts: dict[tuple[str, str], int] = {}
+    for device in devices:
+        allocation = device.get("allocation")
+        if allocation:
+            key = (allocation["namespace"], allocation["pod"])
+            counts[key] = counts.get(key, 0) + 1
+    return [
+        {"namespace": namespace, "pod": pod, "devices": count}
+        for (namespace, pod), count in sorted(counts.items())
+    ]
+
+
 @router.get("/nodes/{name}", response_class=HTMLResponse)
 def node(
     name: str, request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock
@@ -80,6 +94,7 @@ def node(
     context: dict[str, Any] = {
         "node": detail,
         "groups": groups,
+        "holders": pods_holding(devices),
         "manual": advertised["manual"],
         "kube": advertised["kube"],
         "events": list_events(session, EventFilters(node=name), limit=NODE_EVENTS).items,

@@ -1,4 +1,5 @@
-"""GET /pods: namespaces, their pods, the pods' containers and the devices they hold."""
+"""GET /pods (namespaces, their pods, the pods' containers and the devices they hold) and
+GET /pods/NAMESPACE/NAME (one pod, running or finished, and its devices' health meanwhile)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
+from app.inventory.errors import NotFound
+from app.inventory.history import EventFilters, list_events
+from app.inventory.pod_history import get_pod_history
 from app.inventory.pods import PodFilters, list_pods
 from app.ui.access import Viewer
 from app.ui.forms import Form
 from app.ui.lists import list_view, run_list_query
-from app.ui.render import respond
+from app.ui.render import View, render_error, respond
+from app.ui.svg import pod_timeline
 from app.web.sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
+POD_EVENTS = 50
 
 
 @router.get("/pods", response_class=HTMLResponse)
@@ -46,3 +52,45 @@ def pods(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClo
         namespaces=namespaces,
     )
     return respond(request, viewer, view)
+
+
+@router.get("/pods/{namespace}/{name}", response_class=HTMLResponse)
+def pod(
+    namespace: str,
+    name: str,
+    request: Request,
+    viewer: Viewer,
+    session: ReadSession,
+    clock: QueryClock,
+) -> Response:
+    try:
+        detail = get_pod_history(session, namespace, name, clock)
+    except NotFound:
+        return render_error(
+            request,
+            404,
+            "No such pod",
+            f"No pod {namespace}/{name} has held a device. Devicedeck knows only pods that "
+            "held devices.",
+            principal=viewer,
+            back="/pods",
+        )
+    events = list_events(
+        session, EventFilters(namespace=namespace, pod=name), limit=POD_EVENTS
+    ).items
+    context: dict[str, Any] = {
+        "pod": detail,
+        "events": events,
+        "timeline": pod_timeline(detail, clock.now),
+    }
+    return respond(
+        request,
+        viewer,
+        View(
+            "pod.html",
+            context,
+            title=f"{namespace}/{name}",
+            nav="pods",
+            regions=("pod-summary", "pod-holds"),
+        ),
+    )

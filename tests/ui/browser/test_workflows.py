@@ -1,0 +1,119 @@
+"""Operator workflows in a real Chromium, each on the seeded demo cluster: "did this pod run on
+a bad GPU?", and what a browser gets for a path nothing answers."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.clock import utcnow
+from app.config import AuthMode, Settings
+
+from ..seed import gpu_id, seed_cluster
+from ..servers import threaded_server
+from .test_dashboard import CHROMIUM, CHROMIUM_ARGS, Browser
+
+pytest.importorskip("playwright")
+from playwright.async_api import Page, async_playwright, expect
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+]
+
+Steps = Callable[[Page, str], Awaitable[None]]
+
+
+def run_in_browser(
+    database_url: str,
+    session_factory: sessionmaker[Session],
+    steps: Steps,
+    viewport: tuple[int, int] = (1280, 800),
+) -> Browser:
+    """Seeds the demo cluster, serves it, and runs `steps` in a fresh Chromium page."""
+    seed_cluster(session_factory, utcnow(), nodes=4)
+    settings = Settings(database_url=database_url, auth=AuthMode.OFF, stale_after=3600)
+
+    async def drive(base: str) -> Browser:
+        async with async_playwright() as playwright:
+            chromium = await playwright.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+            )
+            try:
+                context = await chromium.new_context(
+                    viewport={"width": viewport[0], "height": viewport[1]}
+                )
+                page = await context.new_page()
+                seen = Browser(page)
+                await steps(page, base)
+                await context.close()
+                return seen
+            finally:
+                await chromium.close()
+
+    with threaded_server(settings) as (base, _app):
+        return asyncio.run(drive(base))
+
+
+def test_operator_finds_the_pod_that_ran_on_a_failing_gpu(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    failing = gpu_id(2, 3)
+
+    async def steps(page: Page, base: str) -> None:
+        # From the node page to the pod holding the failed GPU.
+        await page.goto(base + "/nodes/gpu-node-02")
+        await (
+            page.locator("#node-side")
+            .get_by_role("link", name="ml-training/trainer-2-22-3")
+            .click()
+        )
+        await expect(page).to_have_url(base + "/pods/ml-training/trainer-2-22-3")
+        await expect(page.locator("h1")).to_contain_text("ml-training/trainer-2-22-3")
+        verdict = page.locator(".verdict")
+        await expect(verdict).to_contain_text("A device was unhealthy while this pod held it")
+        await expect(verdict).to_contain_text(failing)
+        await expect(page.locator(".pod-timeline rect.st-unhealthy")).to_have_count(1)
+        await expect(page.locator(".holds-table tr.row-bad")).to_contain_text(
+            "Unhealthy while held"
+        )
+        # The device's page links back to the pod through its allocation history.
+        await page.locator(".holds-table").get_by_role("link", name=failing).click()
+        await expect(page).to_have_url(re.compile(r"/devices/\d+$"))
+        await (
+            page.locator("#device-history")
+            .get_by_role("link", name="ml-training/trainer-2-22-3")
+            .click()
+        )
+        await expect(page).to_have_url(base + "/pods/ml-training/trainer-2-22-3")
+        # A pod that finished hours ago on a healthy GPU keeps its page.
+        await page.goto(base + "/events?kind=released&node=gpu-node-01")
+        await page.locator("#event-results a[href^='/pods/']").first.click()
+        await expect(page.locator("h1")).to_contain_text("Finished")
+        await expect(page.locator(".verdict")).to_contain_text("No device was unhealthy")
+
+    seen = run_in_browser(database_url, session_factory, steps)
+    assert seen.problems == []
+
+
+def test_unknown_paths_show_the_404_page_with_an_icon(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    async def steps(page: Page, base: str) -> None:
+        for path in ("/nope", "/pods/ml/nobody", "/devices/1/extra"):
+            response = await page.goto(base + path)
+            assert response is not None and response.status == 404
+            await expect(page.locator("h1")).to_have_text(re.compile("Page not found|No such pod"))
+            await expect(page.locator("#main").get_by_role("link", name="Overview")).to_be_visible()
+        icon = await page.request.get(base + "/favicon.ico")
+        assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg")
+
+    seen = run_in_browser(database_url, session_factory, steps)
+    # The browser logs each 404 document it loads; nothing else may show up.
+    assert [p for p in seen.problems if "404" not in p] == []
