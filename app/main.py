@@ -10,7 +10,6 @@ from fastapi import Depends, FastAPI
 
 from app import __version__
 from app.api import ingest, inventory, kube, service, tokens
-from app.api.ingest import RecentContent
 from app.auth import TokenCache
 from app.background import clock_of, start_background_tasks
 from app.config import AuthMode, Settings
@@ -19,6 +18,7 @@ from app.db import (
     create_event_loop_database,
     make_session_factory,
 )
+from app.inventory.ingest import SnapshotIngest
 from app.inventory.queries import devices_by_resource_and_health
 from app.metrics import ServiceMetrics
 from app.ui import install_ui
@@ -45,7 +45,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.event_loop_database = event_loop_database
         if event_loop_database is not None:
             await event_loop_database.open()
-        app.state.recent_content = RecentContent()
+        app.state.ingest = SnapshotIngest(
+            app.state.session_factory,
+            event_loop_database,
+            max_devices=settings.max_devices_per_snapshot,
+            max_pods=settings.max_pods_per_snapshot,
+        )
         metrics = ServiceMetrics()
         metrics.watch_inventory(
             app.state.session_factory,

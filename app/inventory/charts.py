@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from app.inventory.ingest import HEALTHY, PRESENT
+from app.inventory.fields import HEALTHY, PRESENT
 from app.inventory.models import Allocation, Device, Event, Node
 from app.inventory.queries import Clock
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from app.inventory.ingest import HEALTHY, PRESENT, REMOVED
+from app.inventory.fields import HEALTHY, PRESENT, REMOVED
 from app.inventory.models import Device, Node
 from app.inventory.pages import MAX_LIMIT
 from app.inventory.queries import Clock, DeviceFilters, device_counts, list_devices

@@ -1,49 +1,54 @@
-"""Applying snapshots: each one replaces what its stream owns, in one transaction, with events.
+"""Applying snapshots from node agents: the one place that decides between the unchanged
+shortcut and the full apply.
 
-A ListAndWatch snapshot owns the device list of one (node, resource). A PodResources snapshot
-owns the node's current allocations (device-plugin and DRA) and its allocatable sets.
+Each snapshot replaces what its stream owns, in one transaction, with its events: a
+ListAndWatch snapshot the device list of one (node, resource) (app/inventory/device_lists.py),
+a PodResources snapshot the node's current allocations (app/inventory/allocations.py), its DRA
+claims (app/inventory/claims.py) and its allocatable sets. The stream's receipt
+(app/inventory/receipts.py) orders snapshots and remembers the hash of the content applied.
+
+`SnapshotIngest` takes a snapshot from the route: it checks the snapshot's size, hashes its
+content, asks the recent-content hint whether the one-statement unchanged check is worth
+trying, and otherwise (or when that check does not apply) applies the snapshot in full, in the
+event loop where the database and the body's size allow, else in a worker thread.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Table, Update, bindparam, delete, insert, select, update
-from sqlalchemy.orm import Session
+import anyio.to_thread
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
 
-from app.inventory.bulk import BulkInsert
-from app.inventory.events import EventLog
-from app.inventory.models import (
-    Allocation,
-    ClaimAllocation,
-    Device,
-    NodeResource,
-    PluginRegistration,
-    table_of,
+from app.clock import utcnow
+from app.db import EventLoopDatabase, write_session
+from app.inventory.allocations import (
+    allocatable_sets,
+    ensure_devices,
+    replace_allocatable,
+    replace_allocations,
+    wanted_allocations,
 )
-from app.inventory.nodes import (
+from app.inventory.claims import replace_claim_allocations
+from app.inventory.device_lists import record_plugin, replace_device_list
+from app.inventory.events import EventLog
+from app.inventory.receipts import (
     PODRESOURCES_STREAM,
     Order,
     check_order,
     find_receipt,
-    forget_content_hash,
     listandwatch_stream,
     lock_node_seen,
     record_receipt,
     record_unchanged_snapshot,
+    record_unchanged_snapshot_async,
     unchanged_check,
 )
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
-
-HEALTHY = "Healthy"
-UNHEALTHY = "Unhealthy"
-UNKNOWN = "Unknown"
-PRESENT = "present"
-REMOVED = "removed"
+from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot, check_snapshot_size
 
 
 @dataclass
@@ -61,11 +66,6 @@ class IngestResult:
     events: int = 0
 
 
-def kubelet_health(raw: str) -> str:
-    """The kubelet counts only the exact string "Healthy" as healthy."""
-    return HEALTHY if raw == HEALTHY else UNHEALTHY
-
-
 def apply_listandwatch_snapshot(
     session: Session,
     snapshot: ListAndWatchSnapshot,
@@ -73,12 +73,12 @@ def apply_listandwatch_snapshot(
     now: datetime,
     actor: str,
     content_hash: str | None = None,
-    check_unchanged_first: bool = True,
+    try_unchanged_first: bool = True,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
-        _replace_device_list(session, node_id, snapshot, now, log)
+        replace_device_list(session, node_id, snapshot, now, log)
         if snapshot.plugin is not None:
-            _record_plugin(session, node_id, snapshot, now, log)
+            record_plugin(session, node_id, snapshot, now, log)
 
     stream = listandwatch_stream(snapshot.resource)
     return _apply_stream(
@@ -89,7 +89,39 @@ def apply_listandwatch_snapshot(
         now=now,
         actor=actor,
         content_hash=content_hash,
-        check_unchanged_first=check_unchanged_first,
+        try_unchanged_first=try_unchanged_first,
+    )
+
+
+def apply_podresources_snapshot(
+    session: Session,
+    snapshot: PodResourcesSnapshot,
+    *,
+    now: datetime,
+    actor: str,
+    content_hash: str | None = None,
+    try_unchanged_first: bool = True,
+) -> IngestResult:
+    def replace(node_id: int, log: EventLog) -> None:
+        wanted, numa_hints, uids = wanted_allocations(snapshot)
+        allocatable = allocatable_sets(snapshot)
+        devices = ensure_devices(
+            session, node_id, snapshot.node, wanted, numa_hints, allocatable, now, log
+        )
+        replace_allocations(session, node_id, snapshot.node, wanted, uids, devices, now, log)
+        replace_claim_allocations(session, node_id, snapshot, now, log)
+        if allocatable is not None:
+            replace_allocatable(session, node_id, allocatable, now)
+
+    return _apply_stream(
+        session,
+        snapshot,
+        PODRESOURCES_STREAM,
+        replace,
+        now=now,
+        actor=actor,
+        content_hash=content_hash,
+        try_unchanged_first=try_unchanged_first,
     )
 
 
@@ -102,16 +134,16 @@ def _apply_stream(
     now: datetime,
     actor: str,
     content_hash: str | None,
-    check_unchanged_first: bool,
+    try_unchanged_first: bool,
 ) -> IngestResult:
     """The ordering and idempotency rules every stream shares; `replace` changes what the
     stream owns, and runs only when the content differs from the last applied.
 
-    A caller that has computed the content hash passes it. The unchanged-snapshot statement
-    first is only a shortcut: a caller that knows the content changed, or has just tried that
-    statement, skips it, and the full path below still finds an unchanged snapshot unchanged."""
+    The unchanged-snapshot statement first is only a shortcut: skipped when the content is
+    likely changed, or the statement has just run on its own; the full path below still finds
+    an unchanged snapshot unchanged."""
     content_hash = content_hash or snapshot.content_hash()
-    if check_unchanged_first:
+    if try_unchanged_first:
         check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=now)
         if record_unchanged_snapshot(session, check):
             return IngestResult()
@@ -147,525 +179,133 @@ def _apply_stream(
     )
 
 
-def _replace_device_list(
-    session: Session, node_id: int, snapshot: ListAndWatchSnapshot, now: datetime, log: EventLog
-) -> None:
-    existing = {
-        d.device_id: d
-        for d in session.scalars(
-            select(Device).where(Device.node_id == node_id, Device.resource == snapshot.resource)
+class RecentContent:
+    """The content hash this process last stored for each stream: a hint of whether the next
+    snapshot is likely unchanged, and so worth the one-statement check before the full path.
+    A wrong hint (after a restart, or when another replica took the last snapshot) costs time,
+    never correctness: the full path finds an unchanged snapshot unchanged by itself."""
+
+    MAX_ENTRIES = 100_000
+
+    def __init__(self) -> None:
+        self._hashes: dict[tuple[str, str], str] = {}
+
+    def may_be_unchanged(self, node: str, stream: str, content_hash: str) -> bool:
+        """False only when this process last stored other content for the stream."""
+        return self._hashes.get((node, stream), content_hash) == content_hash
+
+    def remember(self, node: str, stream: str, content_hash: str) -> None:
+        if len(self._hashes) >= self.MAX_ENTRIES:
+            self._hashes.clear()
+        self._hashes[(node, stream)] = content_hash
+
+
+# Bodies up to this size are applied in the event loop on PostgreSQL: an ordinary node's
+# snapshot is a few KiB. A larger one goes to a worker thread, so that applying it does not
+# hold up every other request, /livez included, for its whole duration.
+EVENT_LOOP_MAX_BODY = 32 * 1024
+
+ApplySnapshot = Callable[..., IngestResult]
+
+
+class SnapshotIngest:
+    """Applies the snapshots node agents post, one service process's worth."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        event_loop_database: EventLoopDatabase | None,
+        *,
+        max_devices: int,
+        max_pods: int,
+    ) -> None:
+        self.factory = factory
+        self.event_loop_database = event_loop_database
+        self.max_devices = max_devices
+        self.max_pods = max_pods
+        self.recent = RecentContent()
+
+    async def listandwatch(
+        self, snapshot: ListAndWatchSnapshot, *, actor: str, body_bytes: int | None
+    ) -> IngestResult:
+        stream = listandwatch_stream(snapshot.resource)
+        return await self._ingest(
+            snapshot, stream, apply_listandwatch_snapshot, actor=actor, body_bytes=body_bytes
         )
-    }
-    where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
-    new_devices: list[Device] = []
-    for incoming in snapshot.devices:
-        health = kubelet_health(incoming.health)
-        numa = incoming.topology.numa_ids() if incoming.topology else []
-        device = existing.pop(incoming.ID, None)
-        if device is None:
-            device = Device(
-                node_id=node_id,
-                resource=snapshot.resource,
-                device_id=incoming.ID,
-                health=health,
-                raw_health=incoming.health,
-                health_source=snapshot.health_source,
-                numa_nodes=numa,
-                state=PRESENT,
-                first_seen=now,
-                last_seen=now,
-                health_changed_at=now,
+
+    async def podresources(
+        self, snapshot: PodResourcesSnapshot, *, actor: str, body_bytes: int | None
+    ) -> IngestResult:
+        return await self._ingest(
+            snapshot,
+            PODRESOURCES_STREAM,
+            apply_podresources_snapshot,
+            actor=actor,
+            body_bytes=body_bytes,
+        )
+
+    async def _ingest(
+        self,
+        snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
+        stream: str,
+        apply: ApplySnapshot,
+        *,
+        actor: str,
+        body_bytes: int | None,
+    ) -> IngestResult:
+        """Where the hint says the content may be unchanged, try the one-statement check
+        first; then apply the snapshot in full."""
+        check_snapshot_size(snapshot, max_devices=self.max_devices, max_pods=self.max_pods)
+        content_hash = snapshot.content_hash()
+        try_unchanged_first = self.recent.may_be_unchanged(snapshot.node, stream, content_hash)
+        database = self.event_loop_database
+        unchanged: bool | None = False
+        if try_unchanged_first and database is not None:
+            check = unchanged_check(
+                snapshot, stream=stream, content_hash=content_hash, now=utcnow()
             )
-            new_devices.append(device)
-            continue
-        device.last_seen = now
-        if device.state != PRESENT:
-            log.add(
-                "device_reappeared",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
-                before={"state": device.state},
-                after={"state": PRESENT},
+            unchanged = await record_unchanged_snapshot_async(database.statements, check)
+            # None: it could not run on its own, and the full path's transaction tries it.
+            try_unchanged_first = unchanged is None
+        if unchanged:
+            result = IngestResult()
+        else:
+            apply_snapshot = functools.partial(
+                apply,
+                snapshot=snapshot,
+                actor=actor,
+                content_hash=content_hash,
+                try_unchanged_first=try_unchanged_first,
             )
-            device.state = PRESENT
-            device.removed_at = None
-        if device.health != health:
-            log.add(
-                "health_changed",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
-                before={"health": device.health, "raw_health": device.raw_health},
-                after={"health": health, "raw_health": incoming.health},
-            )
-            device.health = health
-            device.health_changed_at = now
-        device.raw_health = incoming.health
-        device.health_source = snapshot.health_source
-        if numa and device.numa_nodes != numa:
-            log.add(
-                "topology_changed",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
-                before={"numa_nodes": device.numa_nodes},
-                after={"numa_nodes": numa},
-            )
-            device.numa_nodes = numa
-    for device in existing.values():
-        if device.state == PRESENT:
-            device.state = REMOVED
-            device.removed_at = now
-            device.last_seen = now
-            log.add(
-                "device_removed",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
-                before={"state": PRESENT},
-                after={"state": REMOVED},
-            )
-    if new_devices:
-        session.add_all(new_devices)
-        session.flush()
-        for device in new_devices:
-            log.add(
-                "device_added",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
-                after={
-                    "health": device.health,
-                    "raw_health": device.raw_health,
-                    "numa_nodes": device.numa_nodes,
-                },
-            )
+            applied = await self._apply_in_event_loop(apply_snapshot, body_bytes)
+            if applied is None:
+                applied = await anyio.to_thread.run_sync(self._apply_in_thread, apply_snapshot)
+            result = applied
+        self.recent.remember(snapshot.node, stream, content_hash)
+        return result
 
+    async def _apply_in_event_loop(
+        self, apply_snapshot: ApplySnapshot, body_bytes: int | None
+    ) -> IngestResult | None:
+        """The full path in the event loop; None when it is not for here (SQLite, a large or
+        unknown body size) or met a pooled connection the server dropped, and a worker thread
+        should apply it.
 
-def _record_plugin(
-    session: Session, node_id: int, snapshot: ListAndWatchSnapshot, now: datetime, log: EventLog
-) -> None:
-    assert snapshot.plugin is not None
-    info: dict[str, Any] = {
-        "endpoint": snapshot.plugin.endpoint,
-        "api_version": snapshot.plugin.version,
-        "options": snapshot.plugin.options.model_dump() if snapshot.plugin.options else None,
-    }
-    registration = session.scalars(
-        select(PluginRegistration).where(
-            PluginRegistration.node_id == node_id,
-            PluginRegistration.resource == snapshot.resource,
-        )
-    ).one_or_none()
-    where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
-    if registration is None:
-        session.add(
-            PluginRegistration(
-                node_id=node_id, resource=snapshot.resource, first_seen=now, last_seen=now, **info
-            )
-        )
-        log.add("plugin_registered", **where, after=info)
-        return
-    before = {
-        "endpoint": registration.endpoint,
-        "api_version": registration.api_version,
-        "options": registration.options,
-    }
-    registration.last_seen = now
-    if before != info:
-        log.add("plugin_changed", **where, before=before, after=info)
-        registration.endpoint = info["endpoint"]
-        registration.api_version = info["api_version"]
-        registration.options = info["options"]
+        After a drop the worker thread applies the snapshot again. That is safe: the
+        transaction here rolled back, or, if the drop came during COMMIT and the commit took,
+        the same seq with the same content is answered as a repeat."""
+        database = self.event_loop_database
+        if database is None or body_bytes is None or body_bytes > EVENT_LOOP_MAX_BODY:
+            return None
+        try:
+            async with database.sessions() as session, session.begin():
+                return await session.run_sync(lambda sync: apply_snapshot(sync, now=utcnow()))
+        except DBAPIError as e:
+            if e.connection_invalidated:
+                return None
+            raise
 
-
-AllocationKey = tuple[str, str, str, str, str]  # namespace, pod, container, resource, device ID
-ClaimKey = tuple[str, str, str, str, str, str, str, str, str | None]
-
-
-def apply_podresources_snapshot(
-    session: Session,
-    snapshot: PodResourcesSnapshot,
-    *,
-    now: datetime,
-    actor: str,
-    content_hash: str | None = None,
-    check_unchanged_first: bool = True,
-) -> IngestResult:
-    def replace(node_id: int, log: EventLog) -> None:
-        wanted, numa_hints, uids = _wanted_allocations(snapshot)
-        allocatable = _allocatable_sets(snapshot)
-        devices = _ensure_devices(
-            session, node_id, snapshot.node, wanted, numa_hints, allocatable, now, log
-        )
-        _replace_allocations(session, node_id, snapshot.node, wanted, uids, devices, now, log)
-        _replace_claim_allocations(session, node_id, snapshot, now, log)
-        if allocatable is not None:
-            _replace_allocatable(session, node_id, allocatable, now)
-
-    return _apply_stream(
-        session,
-        snapshot,
-        PODRESOURCES_STREAM,
-        replace,
-        now=now,
-        actor=actor,
-        content_hash=content_hash,
-        check_unchanged_first=check_unchanged_first,
-    )
-
-
-def _wanted_allocations(
-    snapshot: PodResourcesSnapshot,
-) -> tuple[set[AllocationKey], dict[tuple[str, str], set[int]], dict[tuple[str, str], str]]:
-    """Allocations the snapshot lists, de-duplicated: the kubelet lists a device once per NUMA
-    node it sits on, so (resource, device ID) repeats and the NUMA nodes are merged."""
-    wanted: set[AllocationKey] = set()
-    numa: dict[tuple[str, str], set[int]] = defaultdict(set)
-    uids: dict[tuple[str, str], str] = {}
-    for pod in snapshot.pod_resources:
-        if pod.uid:
-            uids[(pod.namespace, pod.name)] = pod.uid
-        for container in pod.containers:
-            for entry in container.devices:
-                ids = entry.topology.numa_ids() if entry.topology else []
-                for device_id in entry.device_ids:
-                    wanted.add(
-                        (pod.namespace, pod.name, container.name, entry.resource_name, device_id)
-                    )
-                    numa[(entry.resource_name, device_id)].update(ids)
-    return wanted, numa, uids
-
-
-def _allocatable_sets(snapshot: PodResourcesSnapshot) -> dict[str, set[str]] | None:
-    if snapshot.allocatable is None:
-        return None
-    sets: dict[str, set[str]] = defaultdict(set)
-    for entry in snapshot.allocatable.devices:
-        sets[entry.resource_name].update(entry.device_ids)
-    return sets
-
-
-@dataclass(frozen=True)
-class HeldDevice:
-    """What an allocation needs of its device."""
-
-    pk: int
-    health: str
-
-
-_devices = table_of(Device)
-_NODE_DEVICES = select(
-    _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health
-).where(
-    _devices.c.node_id == bindparam("node_id"),
-    _devices.c.resource.in_(bindparam("resources", expanding=True)),
-)
-_INSERT_DEVICES = insert(_devices).returning(
-    _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health
-)
-
-
-def _ensure_devices(
-    session: Session,
-    node_id: int,
-    node_name: str,
-    wanted: set[AllocationKey],
-    numa_hints: dict[tuple[str, str], set[int]],
-    allocatable: dict[str, set[str]] | None,
-    now: datetime,
-    log: EventLog,
-) -> dict[tuple[str, str], HeldDevice]:
-    """Devices of the node by (resource, device ID); ones referenced before any plugin snapshot
-    are created with health Unknown."""
-    referenced = {(key[3], key[4]) for key in wanted}
-    for resource, ids in (allocatable or {}).items():
-        referenced.update((resource, device_id) for device_id in ids)
-    if not referenced:
-        return {}
-    resources = sorted({resource for resource, _ in referenced})
-    devices = {
-        (row.resource, row.device_id): HeldDevice(row.id, row.health)
-        for row in session.execute(_NODE_DEVICES, {"node_id": node_id, "resources": resources})
-    }
-    missing = sorted(referenced - devices.keys())
-    if not missing:
-        return devices
-    rows = [
-        {
-            "node_id": node_id,
-            "resource": resource,
-            "device_id": device_id,
-            "health": UNKNOWN,
-            "raw_health": None,
-            "health_source": "unknown",
-            "numa_nodes": sorted(numa_hints.get((resource, device_id), ())),
-            "state": PRESENT,
-            "first_seen": now,
-            "last_seen": now,
-            "removed_at": None,
-            "health_changed_at": None,
-        }
-        for resource, device_id in missing
-    ]
-    created = {
-        (row.resource, row.device_id): HeldDevice(row.id, row.health)
-        for row in session.execute(_INSERT_DEVICES, rows)
-    }
-    for (resource, device_id), row in zip(missing, rows, strict=True):
-        log.add(
-            "device_added",
-            node=node_name,
-            resource=resource,
-            device_id=device_id,
-            device_pk=created[(resource, device_id)].pk,
-            after={"health": UNKNOWN, "numa_nodes": row["numa_nodes"], "via": "podresources"},
-        )
-    devices.update(created)
-    for resource in sorted({resource for resource, _ in missing}):
-        forget_content_hash(session, node_id, listandwatch_stream(resource))
-    return devices
-
-
-def _ending(table: Table) -> Update:
-    """Ends the open rows whose ids are given (`ids`) at `at`."""
-    return (
-        update(table)
-        .where(table.c.id.in_(bindparam("ids", expanding=True)))
-        .values(ended=bindparam("at", type_=table.c.ended.type))
-    )
-
-
-# Core statements built once (see app/inventory/nodes.py): a PodResources snapshot runs them all.
-_allocations = table_of(Allocation)
-_CURRENT_ALLOCATIONS = select(
-    _allocations.c.id,
-    _allocations.c.namespace,
-    _allocations.c.pod,
-    _allocations.c.pod_uid,
-    _allocations.c.container,
-    _allocations.c.resource,
-    _allocations.c.device_id,
-    _allocations.c.device_pk,
-    _allocations.c.started,
-).where(_allocations.c.node_id == bindparam("node_id"), _allocations.c.ended.is_(None))
-_END_ALLOCATIONS = _ending(_allocations)
-_SET_POD_UID = (
-    update(_allocations)
-    .where(_allocations.c.id == bindparam("allocation_id"))
-    .values(pod_uid=bindparam("uid"))
-)
-_INSERT_ALLOCATIONS = BulkInsert(
-    _allocations,
-    shared=("node_id", "started"),
-    per_row=("device_pk", "namespace", "pod", "pod_uid", "container", "resource", "device_id"),
-)
-
-
-def _replace_allocations(
-    session: Session,
-    node_id: int,
-    node_name: str,
-    wanted: set[AllocationKey],
-    uids: dict[tuple[str, str], str],
-    devices: dict[tuple[str, str], HeldDevice],
-    now: datetime,
-    log: EventLog,
-) -> None:
-    current = {
-        (a.namespace, a.pod, a.container, a.resource, a.device_id): a
-        for a in session.execute(_CURRENT_ALLOCATIONS, {"node_id": node_id})
-    }
-    # A pod that came back under the same name with a new UID is a new holder: the earlier
-    # incarnation's allocation ends and a new one starts.
-    replaced = {
-        key
-        for key, allocation in current.items()
-        if key in wanted
-        and allocation.pod_uid
-        and uids.get((key[0], key[1])) not in (None, allocation.pod_uid)
-    }
-    ended: list[int] = []
-    for key in sorted((current.keys() - wanted) | replaced):
-        allocation = current.pop(key)
-        ended.append(allocation.id)
-        log.add(
-            "released",
-            node=node_name,
-            resource=allocation.resource,
-            device_id=allocation.device_id,
-            device_pk=allocation.device_pk,
-            namespace=allocation.namespace,
-            pod=allocation.pod,
-            container=allocation.container,
-            before={"started": allocation.started.isoformat(), "pod_uid": allocation.pod_uid},
-        )
-    if ended:
-        session.execute(_END_ALLOCATIONS, {"ids": ended, "at": now})
-    learned_uids = [
-        {"allocation_id": allocation.id, "uid": uid}
-        for key, allocation in current.items()
-        if (uid := uids.get((key[0], key[1]))) and allocation.pod_uid != uid
-    ]
-    if learned_uids:
-        session.execute(_SET_POD_UID, learned_uids)
-    rows = []
-    for namespace, pod, container, resource, device_id in sorted(wanted - current.keys()):
-        device = devices[(resource, device_id)]
-        rows.append(
-            {
-                "node_id": node_id,
-                "device_pk": device.pk,
-                "namespace": namespace,
-                "pod": pod,
-                "pod_uid": uids.get((namespace, pod)),
-                "container": container,
-                "resource": resource,
-                "device_id": device_id,
-                "started": now,
-                "ended": None,
-            }
-        )
-        log.add(
-            "allocated",
-            node=node_name,
-            resource=resource,
-            device_id=device_id,
-            device_pk=device.pk,
-            namespace=namespace,
-            pod=pod,
-            container=container,
-            after={"health": device.health},
-        )
-    _INSERT_ALLOCATIONS.execute(session, rows)
-
-
-_claims = table_of(ClaimAllocation)
-_CURRENT_CLAIMS = select(
-    _claims.c.id,
-    _claims.c.namespace,
-    _claims.c.pod,
-    _claims.c.container,
-    _claims.c.claim_namespace,
-    _claims.c.claim_name,
-    _claims.c.driver,
-    _claims.c.pool,
-    _claims.c.device,
-    _claims.c.share_id,
-).where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
-_END_CLAIMS = _ending(_claims)
-_INSERT_CLAIMS = insert(_claims)
-
-
-def _replace_claim_allocations(
-    session: Session, node_id: int, snapshot: PodResourcesSnapshot, now: datetime, log: EventLog
-) -> None:
-    wanted: dict[ClaimKey, list[str]] = {}
-    for pod in snapshot.pod_resources:
-        for container in pod.containers:
-            for claim in container.dynamic_resources:
-                for res in claim.claim_resources:
-                    key: ClaimKey = (
-                        pod.namespace,
-                        pod.name,
-                        container.name,
-                        claim.claim_namespace,
-                        claim.claim_name,
-                        res.driver_name,
-                        res.pool_name,
-                        res.device_name,
-                        res.share_id,
-                    )
-                    wanted[key] = [c.name for c in res.cdi_devices]
-    current = {
-        (
-            c.namespace,
-            c.pod,
-            c.container,
-            c.claim_namespace,
-            c.claim_name,
-            c.driver,
-            c.pool,
-            c.device,
-            c.share_id,
-        ): c
-        for c in session.execute(_CURRENT_CLAIMS, {"node_id": node_id})
-    }
-    ended: list[int] = []
-    for key in sorted(current.keys() - wanted.keys(), key=str):
-        claim_row = current[key]
-        ended.append(claim_row.id)
-        log.add(
-            "claim_released",
-            node=snapshot.node,
-            resource=claim_row.driver,
-            device_id=f"{claim_row.driver}/{claim_row.pool}/{claim_row.device}",
-            namespace=claim_row.namespace,
-            pod=claim_row.pod,
-            container=claim_row.container,
-            before={"claim": f"{claim_row.claim_namespace}/{claim_row.claim_name}"},
-        )
-    if ended:
-        session.execute(_END_CLAIMS, {"ids": ended, "at": now})
-    rows = []
-    for key in sorted(wanted.keys() - current.keys(), key=str):
-        (
-            namespace,
-            pod_name,
-            container_name,
-            claim_ns,
-            claim_name,
-            driver,
-            pool,
-            device,
-            share_id,
-        ) = key
-        rows.append(
-            {
-                "node_id": node_id,
-                "namespace": namespace,
-                "pod": pod_name,
-                "container": container_name,
-                "claim_namespace": claim_ns,
-                "claim_name": claim_name,
-                "driver": driver,
-                "pool": pool,
-                "device": device,
-                "share_id": share_id,
-                "cdi_devices": wanted[key],
-                "started": now,
-                "ended": None,
-            }
-        )
-        log.add(
-            "claim_allocated",
-            node=snapshot.node,
-            resource=driver,
-            device_id=f"{driver}/{pool}/{device}",
-            namespace=namespace,
-            pod=pod_name,
-            container=container_name,
-            after={"claim": f"{claim_ns}/{claim_name}", "share_id": share_id},
-        )
-    if rows:
-        session.execute(_INSERT_CLAIMS, rows)
-
-
-def _replace_allocatable(
-    session: Session, node_id: int, allocatable: dict[str, set[str]], now: datetime
-) -> None:
-    session.execute(delete(NodeResource).where(NodeResource.node_id == node_id))
-    if allocatable:
-        session.execute(
-            insert(NodeResource),
-            [
-                {
-                    "node_id": node_id,
-                    "resource": resource,
-                    "allocatable_device_ids": sorted(ids),
-                    "updated_at": now,
-                }
-                for resource, ids in sorted(allocatable.items())
-            ],
-        )
+    def _apply_in_thread(self, apply_snapshot: ApplySnapshot) -> IngestResult:
+        with write_session(self.factory) as session:
+            result: IngestResult = apply_snapshot(session, now=utcnow())
+            return result

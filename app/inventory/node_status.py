@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.inventory.dra_devices import dra_devices_of_node
 from app.inventory.extended_resources import is_extended_resource, quantity
-from app.inventory.ingest import HEALTHY, PRESENT
+from app.inventory.fields import HEALTHY, PRESENT
 from app.inventory.models import Device, Node, NodeResource, PluginRegistration
 
 DEVICE_PLUGIN = "device_plugin"

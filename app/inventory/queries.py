@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.inventory.errors import InvalidInput, NotFound, Problem
-from app.inventory.ingest import HEALTHY, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
+from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
 from app.inventory.models import Allocation, Device, Node
 from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
 

@@ -25,7 +25,7 @@ from app.inventory.cluster_models import (
     KubePod,
 )
 from app.inventory.events import EventLog
-from app.inventory.ingest import HEALTHY, UNHEALTHY
+from app.inventory.fields import HEALTHY, UNHEALTHY
 from app.inventory.models import ClaimAllocation, Node
 
 POD_STATUS = "pod_status"

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.inventory.events import EventLog
 from app.inventory.models import Node
-from app.inventory.nodes import lock_node
+from app.inventory.receipts import lock_node
 
 ACTOR = "kube-watcher"
 CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")

@@ -11,15 +11,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, or_, select, tuple_, update
+from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.orm import Session
 
 from app.inventory.cluster_models import KubePod
 from app.inventory.events import EventLog
 from app.inventory.extended_resources import is_extended_resource, quantity
-from app.inventory.ingest import HEALTHY, UNHEALTHY
-from app.inventory.models import Allocation, ClaimAllocation, Device, Node
-from app.inventory.nodes import forget_content_hash, listandwatch_stream
+from app.inventory.fields import HEALTHY, UNHEALTHY
+from app.inventory.models import Allocation, Node
+from app.inventory.other_writers import apply_reported_health, release_pod
 from app.kube.dra_health import CLAIM_PREFIX, apply_pod_dra_health
 from app.kube.node_sync import ACTOR
 
@@ -233,57 +233,15 @@ def apply_health(
         for device_id, health in devices.items()
         if health in (HEALTHY, UNHEALTHY) and (before.get(resource) or {}).get(device_id) != health
     }
-    if not changes:
-        return
-    node_id = lock_node_id(session, node_name)
-    if node_id is None:
-        return
-    devices = session.scalars(
-        select(Device)
-        .where(
-            Device.node_id == node_id,
-            tuple_(Device.resource, Device.device_id).in_(list(changes)),
-        )
-        .order_by(Device.id)
+    apply_reported_health(
+        session, node=node_name, changes=changes, source=HEALTH_SOURCE, now=now, log=log
     )
-    for device in devices:
-        health = changes[(device.resource, device.device_id)]
-        if device.health == health:
-            continue
-        log.add(
-            "health_changed",
-            node=node_name,
-            resource=device.resource,
-            device_id=device.device_id,
-            device_pk=device.id,
-            before={
-                "health": device.health,
-                "raw_health": device.raw_health,
-                "health_source": device.health_source,
-            },
-            after={"health": health, "raw_health": health, "health_source": HEALTH_SOURCE},
-        )
-        device.health = health
-        device.raw_health = health
-        device.health_source = HEALTH_SOURCE
-        device.health_changed_at = now
-        # The plugin's stream owns this row; its next snapshot must be applied in full.
-        forget_content_hash(session, node_id, listandwatch_stream(device.resource))
-
-
-def lock_node_id(session: Session, name: str) -> int | None:
-    """The node's id, its row locked like a snapshot locks it: device and allocation rows of a
-    node change under that lock, so a snapshot cannot interleave with (and undo) this change."""
-    return session.scalar(select(Node.id).where(Node.name == name).with_for_update())
 
 
 def end_pod(session: Session, pod: KubePod, now: datetime, log: EventLog) -> None:
     """The pod is gone from the API server: it holds no device any more."""
     pod.deleted_at = now
     if pod.node is None:
-        return
-    node_id = lock_node_id(session, pod.node)
-    if node_id is None:
         return
     # A pod re-created under the same name (a StatefulSet's) may hold devices already;
     # allocations without a UID then belong to it, not to the deleted one.
@@ -296,54 +254,17 @@ def end_pod(session: Session, pod: KubePod, now: datetime, log: EventLog) -> Non
             KubePod.uid != pod.uid,
         )
     )
-    owned = Allocation.pod_uid == pod.uid
-    if successor is None:
-        owned = or_(owned, Allocation.pod_uid.is_(None))
-    where: dict[str, Any] = {"node": pod.node, "namespace": pod.namespace, "pod": pod.name}
-    for allocation in session.scalars(
-        select(Allocation)
-        .where(
-            Allocation.node_id == node_id,
-            Allocation.namespace == pod.namespace,
-            Allocation.pod == pod.name,
-            Allocation.ended.is_(None),
-            owned,
-        )
-        .order_by(Allocation.id)
-    ):
-        allocation.ended = now
-        log.add(
-            "released",
-            **where,
-            resource=allocation.resource,
-            device_id=allocation.device_id,
-            device_pk=allocation.device_pk,
-            container=allocation.container,
-            before={"started": allocation.started.isoformat(), "pod_uid": allocation.pod_uid},
-            after={"reason": "pod deleted", "pod_uid": pod.uid},
-        )
-    if successor is not None:
-        return
-    for claim in session.scalars(
-        select(ClaimAllocation)
-        .where(
-            ClaimAllocation.node_id == node_id,
-            ClaimAllocation.namespace == pod.namespace,
-            ClaimAllocation.pod == pod.name,
-            ClaimAllocation.ended.is_(None),
-        )
-        .order_by(ClaimAllocation.id)
-    ):
-        claim.ended = now
-        log.add(
-            "claim_released",
-            **where,
-            resource=claim.driver,
-            device_id=f"{claim.driver}/{claim.pool}/{claim.device}",
-            container=claim.container,
-            before={"claim": f"{claim.claim_namespace}/{claim.claim_name}"},
-            after={"reason": "pod deleted", "pod_uid": pod.uid},
-        )
+    release_pod(
+        session,
+        node=pod.node,
+        namespace=pod.namespace,
+        pod=pod.name,
+        pod_uid=pod.uid,
+        successor=successor is not None,
+        reason="pod deleted",
+        now=now,
+        log=log,
+    )
 
 
 def apply_pod_event(session: Session, event_type: str, obj: dict[str, Any], now: datetime) -> None:

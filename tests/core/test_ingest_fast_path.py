@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
-from app.api.ingest import EVENT_LOOP_MAX_BODY
 from app.config import Settings
 from app.db import libpq_url
+from app.inventory.ingest import EVENT_LOOP_MAX_BODY
 from app.main import create_app
 
 from .conftest import GPU, Api, dev, listandwatch

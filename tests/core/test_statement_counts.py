@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.inventory.nodes import _ADVANCE_UNCHANGED_SQL
+from app.inventory.receipts import _ADVANCE_UNCHANGED_SQL
 
 from .conftest import GPU, NIC, Api, StatementCounter, dev, held, listandwatch, pod, podresources
 

@@ -133,3 +133,36 @@ def test_allocations_reported_after_their_pod_get_its_uid(session_factory: Facto
             select(Allocation.pod, Allocation.pod_uid).order_by(Allocation.pod)
         ).all()
     assert uids == [("a", "uid-a"), ("b", None)]
+
+
+def test_a_deleted_pods_release_does_not_hide_what_the_next_snapshot_says(
+    session_factory: Factory,
+) -> None:
+    """The watcher ends a deleted pod's allocations, but the kubelet still lists the pod: the
+    next PodResources snapshot brings the allocation back whether or not its content changed
+    (an unchanged snapshot used to skip the apply and leave it released until the next
+    change)."""
+    ingest_devices(session_factory, "node-a", GPU, {"gpu-0": "Healthy", "gpu-1": "Healthy"})
+    held = [("ml", "p", GPU, ["gpu-0"])]
+    ingest_allocations(session_factory, "node-a", held, seq=1)
+    with write_session(session_factory) as session:
+        apply_pod_list(
+            session, [pod("ml", "p", node_name="node-a", limits={GPU: "1"}, uid="uid-p")], utcnow()
+        )
+    with write_session(session_factory) as session:
+        apply_pod_list(session, [], utcnow())
+
+    def current() -> list[tuple[str, str]]:
+        with session_factory() as session:
+            rows = session.execute(
+                select(Allocation.pod, Allocation.device_id)
+                .where(Allocation.ended.is_(None))
+                .order_by(Allocation.pod)
+            )
+            return [tuple(row) for row in rows]
+
+    assert current() == []
+    ingest_allocations(session_factory, "node-a", held, seq=2)
+    assert current() == [("p", "gpu-0")]
+    ingest_allocations(session_factory, "node-a", [*held, ("ml", "q", GPU, ["gpu-1"])], seq=3)
+    assert current() == [("p", "gpu-0"), ("q", "gpu-1")]

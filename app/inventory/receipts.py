@@ -1,4 +1,6 @@
-"""Finding and locking a node row, and the ordering rules for its snapshot streams.
+"""Stream receipts and ordering: locking a snapshot's node row, the ordering rules of its
+snapshot streams, the receipt of the last snapshot applied, and the unchanged-snapshot
+statement that advances a receipt without applying anything.
 
 The statements every snapshot runs are built once, with bind parameters: building a SQLAlchemy
 expression costs more CPU than PostgreSQL spends executing these ones.

@@ -1,0 +1,158 @@
+"""The ListAndWatch stream: one (node, resource)'s device list, as its device plugin reports it.
+
+A snapshot replaces the whole list, as the kubelet does with each ListAndWatch message: devices
+missing from it become removed, and come back if they reappear. The stream also owns the
+plugin's registration. Other writers change these rows only through `apply_pod_status_health`,
+which keeps the stream's receipt consistent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.inventory.events import EventLog
+from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY
+from app.inventory.models import Device, PluginRegistration
+from app.inventory.schemas import ListAndWatchSnapshot
+
+
+def kubelet_health(raw: str) -> str:
+    """The kubelet counts only the exact string "Healthy" as healthy."""
+    return HEALTHY if raw == HEALTHY else UNHEALTHY
+
+
+def replace_device_list(
+    session: Session, node_id: int, snapshot: ListAndWatchSnapshot, now: datetime, log: EventLog
+) -> None:
+    existing = {
+        d.device_id: d
+        for d in session.scalars(
+            select(Device).where(Device.node_id == node_id, Device.resource == snapshot.resource)
+        )
+    }
+    where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
+    new_devices: list[Device] = []
+    for incoming in snapshot.devices:
+        health = kubelet_health(incoming.health)
+        numa = incoming.topology.numa_ids() if incoming.topology else []
+        device = existing.pop(incoming.ID, None)
+        if device is None:
+            device = Device(
+                node_id=node_id,
+                resource=snapshot.resource,
+                device_id=incoming.ID,
+                health=health,
+                raw_health=incoming.health,
+                health_source=snapshot.health_source,
+                numa_nodes=numa,
+                state=PRESENT,
+                first_seen=now,
+                last_seen=now,
+                health_changed_at=now,
+            )
+            new_devices.append(device)
+            continue
+        device.last_seen = now
+        if device.state != PRESENT:
+            log.add(
+                "device_reappeared",
+                **where,
+                device_id=device.device_id,
+                device_pk=device.id,
+                before={"state": device.state},
+                after={"state": PRESENT},
+            )
+            device.state = PRESENT
+            device.removed_at = None
+        if device.health != health:
+            log.add(
+                "health_changed",
+                **where,
+                device_id=device.device_id,
+                device_pk=device.id,
+                before={"health": device.health, "raw_health": device.raw_health},
+                after={"health": health, "raw_health": incoming.health},
+            )
+            device.health = health
+            device.health_changed_at = now
+        device.raw_health = incoming.health
+        device.health_source = snapshot.health_source
+        if numa and device.numa_nodes != numa:
+            log.add(
+                "topology_changed",
+                **where,
+                device_id=device.device_id,
+                device_pk=device.id,
+                before={"numa_nodes": device.numa_nodes},
+                after={"numa_nodes": numa},
+            )
+            device.numa_nodes = numa
+    for device in existing.values():
+        if device.state == PRESENT:
+            device.state = REMOVED
+            device.removed_at = now
+            device.last_seen = now
+            log.add(
+                "device_removed",
+                **where,
+                device_id=device.device_id,
+                device_pk=device.id,
+                before={"state": PRESENT},
+                after={"state": REMOVED},
+            )
+    if new_devices:
+        session.add_all(new_devices)
+        session.flush()
+        for device in new_devices:
+            log.add(
+                "device_added",
+                **where,
+                device_id=device.device_id,
+                device_pk=device.id,
+                after={
+                    "health": device.health,
+                    "raw_health": device.raw_health,
+                    "numa_nodes": device.numa_nodes,
+                },
+            )
+
+
+def record_plugin(
+    session: Session, node_id: int, snapshot: ListAndWatchSnapshot, now: datetime, log: EventLog
+) -> None:
+    assert snapshot.plugin is not None
+    info: dict[str, Any] = {
+        "endpoint": snapshot.plugin.endpoint,
+        "api_version": snapshot.plugin.version,
+        "options": snapshot.plugin.options.model_dump() if snapshot.plugin.options else None,
+    }
+    registration = session.scalars(
+        select(PluginRegistration).where(
+            PluginRegistration.node_id == node_id,
+            PluginRegistration.resource == snapshot.resource,
+        )
+    ).one_or_none()
+    where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
+    if registration is None:
+        session.add(
+            PluginRegistration(
+                node_id=node_id, resource=snapshot.resource, first_seen=now, last_seen=now, **info
+            )
+        )
+        log.add("plugin_registered", **where, after=info)
+        return
+    before = {
+        "endpoint": registration.endpoint,
+        "api_version": registration.api_version,
+        "options": registration.options,
+    }
+    registration.last_seen = now
+    if before != info:
+        log.add("plugin_changed", **where, before=before, after=info)
+        registration.endpoint = info["endpoint"]
+        registration.api_version = info["api_version"]
+        registration.options = info["options"]

@@ -1,0 +1,21 @@
+"""Values and limits of the inventory's fields, in one place: the domain, the API's query
+parameters and the dashboard's forms all take them from here."""
+
+from __future__ import annotations
+
+# Health as the kubelet means it: the exact string "Healthy", anything else is unhealthy;
+# Unknown is a device whose node stopped reporting, or one no plugin has described yet.
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+UNKNOWN = "Unknown"
+HEALTH_VALUES = (HEALTHY, UNHEALTHY, UNKNOWN)
+
+# A device row is never deleted: it is present, or removed (and may reappear).
+PRESENT = "present"
+REMOVED = "removed"
+
+# Lengths of names as Kubernetes limits them (and the columns hold them).
+NAME_MAX = 253  # a node, pod or container name, a device ID: DNS-1123 subdomain length
+RESOURCE_MAX = 316  # an extended resource name: a 253-character prefix, "/", a 63-character name
+NAMESPACE_MAX = 63  # a namespace: DNS-1123 label length
+CURSOR_MAX = 2048
