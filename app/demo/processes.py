@@ -75,7 +75,14 @@ class Children:
         self.started: list[Child] = []
         self._preexec = _die_with_parent()
 
-    def start(self, name: str, args: Sequence[str], log_path: Path, tier: int) -> Child:
+    def start(
+        self,
+        name: str,
+        args: Sequence[str],
+        log_path: Path,
+        tier: int,
+        env: Mapping[str, str] | None = None,
+    ) -> Child:
         child = Child(name, devicedeck_argv(args), log_path, tier)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("wb") as log:
@@ -84,7 +91,7 @@ class Children:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self._env,
+                env={**self._env, **(env or {})},
                 cwd=self._cwd,
                 process_group=0,
                 preexec_fn=self._preexec,

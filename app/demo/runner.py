@@ -32,7 +32,9 @@ from app.sim.apiserver.server import url_host
 
 READY_TIMEOUT_SECONDS = 60.0
 AGENT_TOKEN_NAME = "demo-agents"
-TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2
+# The API server stops last: the service and the nodes talk to it until they are gone.
+TIER_CLUSTER, TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2, 3
+CLUSTER_TIMEOUT_SECONDS = 30.0
 # Ctrl-C, a polite kill, or the terminal closing: all stop the demo cleanly.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -68,6 +70,14 @@ class DemoLayout:
     @property
     def logs_dir(self) -> Path:
         return self.data_dir / "logs"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.data_dir / "cluster"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "kubeconfig"
 
     @property
     def lock_file(self) -> Path:
@@ -151,6 +161,25 @@ def _child_env(layout: DemoLayout) -> dict[str, str]:
     return env
 
 
+def advertise_command(cluster_url: str, node: str) -> str:
+    """The curl command of the Kubernetes documentation's extended-resource procedure."""
+    patch = '[{"op": "add", "path": "/status/capacity/example.com~1dongle", "value": "4"}]'
+    return (
+        'curl --header "Content-Type: application/json-patch+json" \\\n'
+        "  --request PATCH \\\n"
+        f"  --data '{patch}' \\\n"
+        f"  {cluster_url}/api/v1/nodes/{node}/status"
+    )
+
+
+def kubeconfig_server(path: Path) -> str:
+    """The server URL of a kubeconfig's first cluster."""
+    import yaml
+
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return str(config["clusters"][0]["cluster"]["server"])
+
+
 def _cli_name() -> str:
     """How the user can run `devicedeck` from here: the entry point beside this Python."""
     script = Path(sys.executable).parent / "devicedeck"
@@ -178,6 +207,7 @@ class Demo:
         self.out = out
         self.stop_requested = threading.Event()
         self.base_url = f"http://{url_host(host)}:{port}/"
+        self.cluster_url = ""
 
     def say(self, text: str = "") -> None:
         print(text, file=self.out, flush=True)
@@ -211,23 +241,58 @@ class Demo:
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop_requested.set()
 
+    def _start_cluster(self, children: Children) -> str:
+        """Start the simulated API server; its URL once it has written the kubeconfig."""
+        layout = self.layout
+        layout.kubeconfig.unlink(missing_ok=True)
+        apiserver = children.start(
+            "sim-apiserver",
+            [
+                "sim-apiserver",
+                "--port",
+                "0",
+                "--data-dir",
+                str(layout.cluster_dir),
+                "--kubeconfig-out",
+                str(layout.kubeconfig),
+            ],
+            layout.logs_dir / "sim-apiserver.log",
+            TIER_CLUSTER,
+        )
+        wait_for(
+            lambda: (
+                layout.kubeconfig.exists() or self.stop_requested.is_set() or not apiserver.running
+            ),
+            CLUSTER_TIMEOUT_SECONDS,
+        )
+        if not layout.kubeconfig.exists():
+            if self.stop_requested.is_set():
+                return ""
+            _describe_failure(apiserver, self.out)
+            raise DemoError(f"the simulated API server did not start; see {apiserver.log_path}")
+        return kubeconfig_server(layout.kubeconfig)
+
     def _supervise(self, children: Children) -> int:
         layout = self.layout
         if self.stop_requested.is_set():
             return 0
         logs = layout.logs_dir
+        self.cluster_url = self._start_cluster(children)
+        if self.stop_requested.is_set():
+            return 0
         children.start(
             "service",
             ["serve", "--host", self.host, "--port", str(self.port), "--no-migrate"],
             logs / "service.log",
             TIER_SERVICE,
+            env={"DEVICEDECK_KUBE": "kubeconfig", "DEVICEDECK_KUBECONFIG": str(layout.kubeconfig)},
         )
         for node in TOPOLOGY:
             root = layout.kubelet_root(node)
             root.mkdir(parents=True, exist_ok=True)
             children.start(
                 f"node {node.name}",
-                sim_node_args(node, root),
+                sim_node_args(node, root, layout.kubeconfig),
                 logs / f"node-{node.name}.log",
                 TIER_NODES,
             )
@@ -279,6 +344,14 @@ class Demo:
                 "must stay under 108 bytes)"
             )
         self.say(f"  logs: {layout.logs_dir}   agent token: {layout.token_file}")
+        self.say()
+        self.say(f"  Cluster: a simulated API server at {self.cluster_url}")
+        self.say(f"    kubectl --kubeconfig {layout.kubeconfig} get nodes")
+        self.say(
+            "    Advertise an extended resource by hand, as the Kubernetes documentation does:"
+        )
+        for line in advertise_command(self.cluster_url, TOPOLOGY[0].name).splitlines():
+            self.say(f"    {line}")
         self.say()
         if _is_loopback(self.host):
             reach = f"  !! {url_host(self.host)}:{self.port} on this machine"

@@ -118,8 +118,9 @@ def root_fits(root: Path, topology: tuple[NodeSpec, ...] = TOPOLOGY) -> bool:
 # --- commands (argv after `devicedeck`) ------------------------------------------------
 
 
-def sim_node_args(node: NodeSpec, root: Path | str) -> list[str]:
+def sim_node_args(node: NodeSpec, root: Path | str, kubeconfig: Path | str) -> list[str]:
     args = ["sim-node", "--root", str(root), "--node", node.name, "--seed", str(DEVICE_ID_SEED)]
+    args += ["--kubeconfig", str(kubeconfig)]
     for plugin in node.plugins:
         args += ["--plugin", plugin.sim_node_arg]
     args += [
@@ -131,8 +132,16 @@ def sim_node_args(node: NodeSpec, root: Path | str) -> list[str]:
     return args
 
 
-def sim_kubelet_args(root: Path | str) -> list[str]:
-    return ["sim-kubelet", "--root", str(root)]
+def sim_kubelet_args(node: NodeSpec, root: Path | str, kubeconfig: Path | str) -> list[str]:
+    return [
+        "sim-kubelet",
+        "--root",
+        str(root),
+        "--node",
+        node.name,
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
 
 
 def sim_plugin_args(node: NodeSpec, plugin: PluginSpec, root: Path | str) -> list[str]:
@@ -195,6 +204,27 @@ COMPOSE_KUBELET_ROOT = str(DEFAULT_KUBELET_ROOT)
 COMPOSE_SERVER_URL = "http://devicedeck:8000"
 COMPOSE_TOKEN_DIR = "/var/lib/devicedeck/tokens"
 COMPOSE_TOKEN_FILE = f"{COMPOSE_TOKEN_DIR}/agent.token"
+COMPOSE_APISERVER = "sim-apiserver"
+COMPOSE_APISERVER_PORT = 6443
+COMPOSE_CLUSTER_DIR = "/var/lib/devicedeck/cluster"
+COMPOSE_KUBECONFIG_DIR = "/var/lib/devicedeck/kubeconfig"
+COMPOSE_KUBECONFIG = f"{COMPOSE_KUBECONFIG_DIR}/kubeconfig"
+
+
+def compose_apiserver_args() -> list[str]:
+    return [
+        "sim-apiserver",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(COMPOSE_APISERVER_PORT),
+        "--data-dir",
+        COMPOSE_CLUSTER_DIR,
+        "--kubeconfig-out",
+        COMPOSE_KUBECONFIG,
+        "--server-url",
+        f"http://{COMPOSE_APISERVER}:{COMPOSE_APISERVER_PORT}",
+    ]
 
 
 def compose_volume(node: NodeSpec) -> str:
@@ -204,7 +234,7 @@ def compose_volume(node: NodeSpec) -> str:
 def compose_node_commands(node: NodeSpec) -> dict[str, list[str]]:
     """The compose services of one node, by service name, with their commands."""
     root = COMPOSE_KUBELET_ROOT
-    services = {f"{node.name}-kubelet": sim_kubelet_args(root)}
+    services = {f"{node.name}-kubelet": sim_kubelet_args(node, root, COMPOSE_KUBECONFIG)}
     for plugin in node.plugins:
         services[f"{node.name}-plugin-{plugin.key}"] = sim_plugin_args(node, plugin, root)
     services[f"{node.name}-workload"] = workload_args(node, root)

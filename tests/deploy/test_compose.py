@@ -12,9 +12,12 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from app.demo.topology import (
+    COMPOSE_APISERVER,
+    COMPOSE_KUBECONFIG,
     COMPOSE_KUBELET_ROOT,
     COMPOSE_TOKEN_FILE,
     TOPOLOGY,
+    compose_apiserver_args,
     compose_node_commands,
     compose_volume,
 )
@@ -22,6 +25,7 @@ from app.demo.topology import (
 from .helpers import REPO, help_succeeds, parse_command, subcommands
 
 CORE_SERVICES = {"db", "migrate", "agent-token", "devicedeck"}
+CLUSTER_SERVICES = {COMPOSE_APISERVER}
 ONE_SHOT = {"migrate", "agent-token"}
 DEPENDS_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 VARIABLE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
@@ -125,12 +129,15 @@ def test_depends_on_names_existing_services_with_valid_conditions(
         assert "restart" not in services[name], name
 
 
-def test_only_the_http_service_keeps_the_image_health_check(
+def test_only_the_http_services_have_health_checks(
     services: dict[str, dict[str, Any]],
 ) -> None:
     for name, service in devicedeck_services(services).items():
         disabled = service.get("healthcheck", {}).get("disable") is True
-        assert disabled == (name != "devicedeck"), name
+        assert disabled == (name not in {"devicedeck", COMPOSE_APISERVER}), name
+    # The API server's own check: it answers, and its clients' kubeconfig is written.
+    check = " ".join(services[COMPOSE_APISERVER]["healthcheck"]["test"])
+    assert "/readyz" in check and COMPOSE_KUBECONFIG in check
     assert services["db"]["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
     assert services["devicedeck"]["depends_on"]["db"]["condition"] == "service_healthy"
     assert services["devicedeck"]["depends_on"]["migrate"]["condition"] == (
@@ -198,7 +205,7 @@ def test_nodes_are_the_demo_topology_in_separate_containers(
     expected: dict[str, list[str]] = {}
     for node in TOPOLOGY:
         expected.update(compose_node_commands(node))
-    node_services = {n: s for n, s in services.items() if n not in CORE_SERVICES}
+    node_services = {n: s for n, s in services.items() if n not in CORE_SERVICES | CLUSTER_SERVICES}
     assert set(node_services) == set(expected), "compose nodes differ from app/demo/topology.py"
     for name, command in expected.items():
         assert node_services[name]["command"] == command, f"{name} differs from the topology"
@@ -246,3 +253,34 @@ def test_plugins_match_the_demo_nodes_devices(services: dict[str, dict[str, Any]
             assert SimNodePlugin.parse(plugin.sim_node_arg) == SimNodePlugin(
                 plugin.resource, plugin.count, plugin.profile
             )
+
+
+def test_the_service_and_the_kubelets_use_the_simulated_api_server(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    apiserver = services[COMPOSE_APISERVER]
+    assert apiserver["command"] == compose_apiserver_args()
+    args = parse_command(apiserver["command"])
+    assert str(args.kubeconfig_out) == COMPOSE_KUBECONFIG
+    # The URL in the kubeconfig is the one the other containers reach it by.
+    assert args.server_url == f"http://{COMPOSE_APISERVER}:{args.port}"
+    assert args.host == "0.0.0.0"
+    mounts = {t: (s, m) for s, t, m in volume_mounts(apiserver)}
+    kubeconfig_dir = os.path.dirname(COMPOSE_KUBECONFIG)
+    kubeconfig_volume, mode = mounts[kubeconfig_dir]
+    assert mode == "rw"
+    assert str(args.data_dir) in mounts, "the API server's state must live in a volume"
+
+    def reads_the_kubeconfig(name: str) -> None:
+        assert (kubeconfig_volume, kubeconfig_dir, "ro") in volume_mounts(services[name]), name
+        condition = services[name]["depends_on"][COMPOSE_APISERVER]["condition"]
+        assert condition == "service_healthy", name
+
+    service = services["devicedeck"]
+    assert service["environment"]["DEVICEDECK_KUBE"] == "kubeconfig"
+    assert service["environment"]["DEVICEDECK_KUBECONFIG"] == COMPOSE_KUBECONFIG
+    reads_the_kubeconfig("devicedeck")
+    for node in TOPOLOGY:
+        kubelet = parse_command(services[f"{node.name}-kubelet"]["command"])
+        assert (str(kubelet.kubeconfig), kubelet.node) == (COMPOSE_KUBECONFIG, node.name)
+        reads_the_kubeconfig(f"{node.name}-kubelet")

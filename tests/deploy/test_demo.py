@@ -3,8 +3,10 @@ started again on the same data directory."""
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from app.demo.runner import advertise_command, kubeconfig_server
 from app.demo.topology import TOPOLOGY
 
 from .helpers import REPO, wait_until
@@ -96,9 +100,80 @@ class Run:
     children: dict[int, str]
     ready_to_data_seconds: float
     dashboard: str
+    cluster: dict[str, Any]
 
 
-def run_demo_until_data(data_dir: Path, log: Path) -> Run:
+def node_page(port: int, node: str, opener: urllib.request.OpenerDirector | None = None) -> str:
+    url = f"http://127.0.0.1:{port}/nodes/{node}"
+    with (opener or urllib.request.build_opener()).open(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def advertised_by_hand(page: str) -> str:
+    """The "Advertised by hand" card of a node page."""
+    start = page.index('id="manual-title"')
+    return page[start : page.index("</section>", start)]
+
+
+def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
+    """What the README shows: the documentation's curl patch against the demo's API server,
+    which the node page then lists; the dashboard's own advertise form; kubectl's view."""
+    kubeconfig = data_dir / "kubeconfig"
+    server = kubeconfig_server(kubeconfig)
+    node = TOPOLOGY[0].name
+    curl = subprocess.run(
+        ["bash", "-c", advertise_command(server, node)], capture_output=True, text=True, timeout=30
+    )
+    assert curl.returncode == 0, curl.stderr
+    assert json.loads(curl.stdout)["status"]["capacity"]["example.com/dongle"] == "4"
+    wait_until(
+        lambda: "example.com/dongle" in advertised_by_hand(node_page(port, node)),
+        DATA_TIMEOUT,
+        "the curl-advertised resource on the node page",
+    )
+    # The dashboard's form: the page's CSRF cookie and token, sent from the page's origin.
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    token = re.search(r'name="csrf_token" value="([^"]+)"', node_page(port, node, opener))
+    assert token is not None
+    form = urllib.parse.urlencode(
+        {
+            "csrf_token": token.group(1),
+            "action": "set",
+            "resource": "example.com/widget",
+            "quantity": "2",
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/nodes/{node}/extended-resources",
+        data=form,
+        headers={"Origin": f"http://127.0.0.1:{port}"},
+    )
+    with opener.open(request, timeout=10) as response:
+        assert response.status == 200  # after the redirect back to the node page
+    with urllib.request.urlopen(f"{server}/api/v1/nodes/{node}", timeout=5) as response:
+        cluster_node = json.load(response)
+    assert cluster_node["status"]["capacity"]["example.com/widget"] == "2"
+    wait_until(
+        lambda: "example.com/widget" in advertised_by_hand(node_page(port, node)),
+        DATA_TIMEOUT,
+        "the form-advertised resource on the node page",
+    )
+    # Device-plugin resources come from the sim-kubelets through the API server.
+    gpu = TOPOLOGY[0].plugins[0]
+    wait_until(
+        lambda: (
+            (detail := get(port, f"/api/v1/nodes/{node}"))["kube_synced_at"]
+            and detail["capacity"].get(gpu.resource) == str(gpu.count)
+        ),
+        DATA_TIMEOUT,
+        "the node's capacity from the API server",
+    )
+    detail = get(port, f"/api/v1/nodes/{node}")
+    return {"node": cluster_node, "detail": detail}
+
+
+def run_demo_until_data(data_dir: Path, log: Path, exercise: bool = False) -> Run:
     """Start the demo, wait for nodes with devices and pods, Ctrl-C it, wait for the end."""
     port = free_port()
     command = [sys.executable, "-m", "app.cli", "demo", "--port", str(port)]
@@ -130,6 +205,7 @@ def run_demo_until_data(data_dir: Path, log: Path) -> Run:
             wait_until(everything_shows, DATA_TIMEOUT, f"nodes with devices and pods: {nodes}")
             took = time.monotonic() - ready
             dashboard = dashboard_page(port)
+            cluster = exercise_the_cluster(port, data_dir) if exercise else {}
             children = descendants(demo.pid)
             demo.send_signal(signal.SIGINT)
             code = demo.wait(timeout=STOP_TIMEOUT)
@@ -140,7 +216,7 @@ def run_demo_until_data(data_dir: Path, log: Path) -> Run:
                     os.kill(pid, signal.SIGKILL)
                 demo.kill()
                 demo.wait()
-    return Run(log.read_text(), code, nodes, children, took, dashboard)
+    return Run(log.read_text(), code, nodes, children, took, dashboard, cluster)
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +231,7 @@ def data_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def first_run(data_dir: Path) -> Run:
-    return run_demo_until_data(data_dir, data_dir.parent / "first.log")
+    return run_demo_until_data(data_dir, data_dir.parent / "first.log", exercise=True)
 
 
 def test_demo_shows_three_nodes_with_devices_and_pods_then_stops_on_sigint(
@@ -166,14 +242,31 @@ def test_demo_shows_three_nodes_with_devices_and_pods_then_stops_on_sigint(
         resources = first_run.nodes[node.name]["resources"]
         for plugin in node.plugins:
             assert resources[plugin.resource]["devices"] == plugin.count, (node.name, plugin)
-    # A service, three sim-nodes and three agents; all gone once the demo returned.
-    assert len(first_run.children) == 1 + 2 * len(TOPOLOGY)
+    # An API server, a service, three sim-nodes and three agents; all gone once the demo
+    # returned.
+    assert len(first_run.children) == 2 + 2 * len(TOPOLOGY)
     assert still_running(first_run.children) == []
     assert "AUTHENTICATION IS OFF" in first_run.output
     assert "<html" in first_run.dashboard.lower()
     assert "demo stopped" in first_run.output
     # No socket is left behind for the next run to trip over.
     assert not list((data_dir / "kubelet").rglob("*.sock"))
+
+
+def test_the_demo_runs_the_whole_cluster_path(first_run: Run, data_dir: Path) -> None:
+    assert first_run.exit_code == 0, first_run.output
+    # The startup message says how to reach the cluster with kubectl and curl.
+    assert f"kubectl --kubeconfig {data_dir / 'kubeconfig'} get nodes" in first_run.output
+    assert "curl --header" in first_run.output
+    node = first_run.cluster["node"]
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == TOPOLOGY[0].name
+    detail = first_run.cluster["detail"]
+    manual = {r["resource"] for r in detail["manual_extended_resources"]}
+    assert manual == {"example.com/dongle", "example.com/widget"}
+    for plugin in TOPOLOGY[0].plugins:
+        assert int(detail["capacity"][plugin.resource]) == plugin.count
+        # Allocatable counts the healthy devices only (the workload flaps some).
+        assert 0 <= int(detail["allocatable"][plugin.resource]) <= plugin.count
 
 
 def test_second_run_continues_with_the_same_data(first_run: Run, data_dir: Path) -> None:

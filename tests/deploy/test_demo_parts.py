@@ -104,7 +104,7 @@ def test_each_demo_node_is_a_sim_node_with_the_topology_plugins_and_an_agent() -
     assert (gpu.count, gpu.numa) == (8, 2)
     assert any(p.profile == "mig" for p in TOPOLOGY[0].plugins)
     for node in TOPOLOGY:
-        args = parse_command(sim_node_args(node, "/tmp/r"))
+        args = parse_command(sim_node_args(node, "/tmp/r", "/tmp/kubeconfig"))
         assert args.plugin == [SimNodePlugin(p.resource, p.count, p.profile) for p in node.plugins]
         assert (args.node, args.workload, str(args.root)) == (
             node.name,
