@@ -16,8 +16,8 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.inventory.errors import NotFound
+from app.inventory.fields import UNHEALTHY, UNKNOWN
 from app.inventory.history import HEALTH_EVENT_KINDS
-from app.inventory.ingest import UNHEALTHY, UNKNOWN
 from app.inventory.models import Allocation, ClaimAllocation, Device, Event, Node
 from app.inventory.pods import claim_summary
 from app.inventory.queries import Clock, _iso, effective_health
