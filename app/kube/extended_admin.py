@@ -154,7 +154,9 @@ def refusal(e: ApiStatus, node: str, resource: str, *, removing: bool) -> Domain
         return KubeRefused(said, [Problem("node", rule, f"no node {node!r} in the cluster")], 404)
     if e.code == 403:
         return KubeRefused(
-            said + "; Devicedeck's service account needs the patch verb on nodes/status",
+            said + "; Devicedeck's service account needs the patch verb on nodes/status, "
+            "which the manifests grant only with the component "
+            "deploy/kubernetes/components/node-status-patch",
             [Problem("node", rule, e.message)],
             403,
         )

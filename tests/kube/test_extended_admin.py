@@ -110,6 +110,8 @@ def test_refusals_by_the_api_server_are_clear_errors(
     error = response.json()["error"]
     assert error["code"] == "api_server_refused"
     assert 'cannot patch resource "nodes/status"' in error["message"]
+    # The operator learns how to grant it.
+    assert "deploy/kubernetes/components/node-status-patch" in error["message"]
     assert error["details"][0]["rule"] == "api_server:Forbidden"
 
     fake_api.refuse_next_patch(409, "Conflict", "the object has been modified")
