@@ -24,7 +24,9 @@ from app.kube.errors import ApiStatus, ApiUnreachable, KubeUnavailable
 log = logging.getLogger(__name__)
 
 DRA_GROUP = "resource.k8s.io"
-DRA_VERSION = "v1"
+# Newest first: 1.34 serves v1, 1.33 v1beta2 (and v1beta1), 1.32 v1beta1 only; the objects
+# are read into one shape (app/kube/dra_objects.py).
+DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
 LIST_PAGE_SIZE = 500
 CONNECT_TIMEOUT = 10.0
 # A watch may be quiet for its whole timeout; the read timeout only has to catch dead peers.
@@ -43,8 +45,8 @@ class Kind:
 
 NODES = Kind("nodes", "v1")
 PODS = Kind("pods", "v1")
-RESOURCE_SLICES = Kind("resourceslices", f"{DRA_GROUP}/{DRA_VERSION}")
-RESOURCE_CLAIMS = Kind("resourceclaims", f"{DRA_GROUP}/{DRA_VERSION}")
+RESOURCE_SLICES = Kind("resourceslices", DRA_GROUP)
+RESOURCE_CLAIMS = Kind("resourceclaims", DRA_GROUP)
 
 
 def load_configuration(settings: Settings) -> k8s.Configuration:
@@ -94,6 +96,8 @@ class KubeApi:
         self.api_client = k8s.ApiClient(configuration)
         self.core = k8s.CoreV1Api(self.api_client)
         self.custom = k8s.CustomObjectsApi(self.api_client)
+        # The DRA version this API server serves, found by the first list that succeeded.
+        self.dra_version: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubeApi:
@@ -109,11 +113,30 @@ class KubeApi:
             return self.core.list_pod_for_all_namespaces
 
         def custom(**kwargs: Any) -> Any:
-            return self.custom.list_cluster_custom_object(
-                DRA_GROUP, DRA_VERSION, kind.name, **kwargs
-            )
+            return self._dra_list(kind, **kwargs)
 
         return custom
+
+    def _dra_list(self, kind: Kind, **kwargs: Any) -> Any:
+        """List or watch in the newest DRA version served; 404 means not served: try older."""
+        versions = (self.dra_version,) if self.dra_version else DRA_VERSIONS
+        for version in versions:
+            try:
+                response = self.custom.list_cluster_custom_object(
+                    DRA_GROUP, version, kind.name, **kwargs
+                )
+            except k8s.ApiException as e:
+                if e.status == 404 and version != versions[-1]:
+                    continue
+                if e.status == 404:
+                    # Next time start over: the cluster may have been upgraded.
+                    self.dra_version = None
+                raise
+            if version != self.dra_version:
+                log.info("reading DRA objects version=%s/%s", DRA_GROUP, version)
+                self.dra_version = version
+            return response
+        raise AssertionError("unreachable: DRA_VERSIONS is not empty")
 
     def _call(self, kind: Kind, **kwargs: Any) -> urllib3.BaseHTTPResponse:
         try:

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# Version preference: the newest one the API server serves is read.
-DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
-
-
 def device_fields(device: dict[str, Any]) -> dict[str, Any]:
     """A slice's device with its fields where v1 has them (v1beta1 nests them in `basic`)."""
     basic = device.get("basic")

@@ -243,6 +243,7 @@ def _classify(e: ApiStatus) -> tuple[str, str]:
         return (
             status.UNAVAILABLE,
             f"the API server does not serve this resource ({e.message}); for DRA, "
-            "resource.k8s.io/v1 needs Kubernetes 1.34 or newer",
+            "resource.k8s.io (v1, v1beta2 or v1beta1) needs Kubernetes 1.32 or newer with "
+            "DRA turned on (on by default since 1.34)",
         )
     return status.BACKOFF, f"the API server answered {e.code} {e.reason}: {e.message}"

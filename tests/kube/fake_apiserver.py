@@ -31,11 +31,14 @@ class FakeApiServer(SimApiServer):
         self.denied: set[str] = set()
         self.not_served: set[str] = set()
         self.patch_refusal: ApiError | None = None
+        # An older cluster: resource.k8s.io served in this version only.
+        self.dra_version = "v1"
         self._lock = threading.Lock()
 
     def before(self, request: Request) -> None:
         with self._lock:
             self.requests.append(request)
+            self._dra_as_served(request)
             collection = next(
                 (c for c, path in COLLECTION_PATHS.items() if request.path == path), None
             )
@@ -83,6 +86,21 @@ class FakeApiServer(SimApiServer):
     def allow(self, collection: str) -> None:
         with self._lock:
             self.denied.discard(collection)
+
+    def serve_dra_only(self, version: str) -> None:
+        """Serve resource.k8s.io in `version` alone, as a 1.32 (v1beta1) or 1.33 cluster
+        with DRA turned on would; objects are kept as the test wrote them."""
+        with self._lock:
+            self.dra_version = version
+
+    def _dra_as_served(self, request: Request) -> None:
+        prefix = "/apis/resource.k8s.io/"
+        if self.dra_version == "v1" or not request.path.startswith(prefix):
+            return
+        version, _, rest = request.path[len(prefix) :].partition("/")
+        if version != self.dra_version:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        request.path = f"{prefix}v1/{rest}"
 
     def stop_serving(self, collection: str) -> None:
         with self._lock:

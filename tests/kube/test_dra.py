@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from .conftest import StartApp, wait_for
@@ -124,3 +125,48 @@ def test_dra_devices_listed_from_the_highest_generation_with_consumers(
         lambda: not _devices(client, auth, "?allocated=true")["results"],
         what="the claim's allocation to go",
     )
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+def test_older_clusters_serve_dra_in_beta_versions(
+    version: str, fake_api: FakeApiServer, start_app: StartApp, auth: dict[str, str]
+) -> None:
+    """1.32 serves resource.k8s.io/v1beta1 only, with a device's fields under `basic`;
+    1.33 adds v1beta2, shaped like v1."""
+    fake_api.serve_dra_only(version)
+    fields = {
+        "attributes": {"model": {"string": "OLDER-GPU"}},
+        "capacity": {"memory": {"value": "40Gi"}},
+    }
+    gpu = {"name": "gpu-0", **({"basic": fields} if version == "v1beta1" else fields)}
+    fake_api.put(
+        "resourceslices",
+        {
+            "metadata": {"name": "node-a-gpus"},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "node-a",
+                "devices": [gpu],
+            },
+        },
+    )
+    fake_api.put(
+        "resourceclaims",
+        resource_claim(
+            "ml", "old-claim", driver=DRIVER, pool="node-a", devices=["gpu-0"], reserved_for=[]
+        ),
+    )
+    client = start_app()
+    page = wait_for(
+        lambda: (p := _devices(client, auth))["results"] and p["results"][0]["allocated"] and p,
+        what=f"the device and its claim from {version}",
+    )
+    (device,) = page["results"]
+    assert device["attributes"] == {"model": "OLDER-GPU"}
+    assert device["capacity"]["memory"]["value"] == "40Gi"
+    assert device["claims"][0]["name"] == "old-claim"
+    # v1 was asked first and answered 404; the served version was read.
+    assert fake_api.recorded("GET", "/apis/resource.k8s.io/v1/resourceslices")
+    status = client.get("/api/v1/cluster/status", headers=auth).json()
+    assert {w["resource"]: w["state"] for w in status["watches"]}["resourceslices"] == "watching"

@@ -64,7 +64,7 @@ def test_a_cluster_without_dra_is_still_healthy(
         "resourceclaims": "unavailable",
     }
     slices = next(w for w in status["watches"] if w["resource"] == "resourceslices")
-    assert "resource.k8s.io/v1" in slices["message"]
+    assert "resource.k8s.io (v1, v1beta2 or v1beta1)" in slices["message"]
     assert status["mode"] == "kubeconfig"
     assert status["enabled"] is True
 
