@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def device_fields(device: dict[str, Any]) -> dict[str, Any]:
     """A slice's device with its fields where v1 has them (v1beta1 nests them in `basic`)."""
     basic = device.get("basic")
