@@ -25,7 +25,6 @@ COUNT_FIELDS = ("devices", "healthy", "unhealthy", "unknown", "allocated", "free
 # Devices removed this recently count as capacity the node lost; older removals are history.
 CAPACITY_LOSS_WINDOW = timedelta(hours=24)
 # Names in node capacity that are not extended resources (kubelet-managed, no device plugin).
-_STANDARD_RESOURCES = re.compile(r"(cpu|memory|pods|ephemeral-storage|hugepages-.*|storage)$")
 
 
 def _zero() -> dict[str, int]:
@@ -210,43 +209,6 @@ def group_devices_by_resource_and_numa(devices: list[dict[str, Any]]) -> list[di
             groups.append({"label": key.label, "devices": members})
         result.append({"resource": resource, "counts": counts[resource], "groups": groups})
     return result
-
-
-def is_extended_resource(name: str) -> bool:
-    """Extended resources carry a domain prefix outside kubernetes.io (kubelet's rule)."""
-    if "/" not in name:
-        return False
-    if "kubernetes.io/" in name or name.startswith("requests."):
-        return False
-    return not _STANDARD_RESOURCES.fullmatch(name)
-
-
-def advertised_resources(node: dict[str, Any], device_resources: set[str]) -> dict[str, Any]:
-    """Split the node's Kubernetes capacity into plugin-backed and hand-advertised resources.
-
-    `node` is what get_node returns. Hand-advertised resources (set by patching node status)
-    have no plugin and no devices, so only their counts exist. For plugin-backed ones the
-    capacity Kubernetes reports is returned next to the devices Devicedeck sees, so a
-    difference shows.
-    """
-    capacity: dict[str, Any] = node.get("capacity") or {}
-    allocatable: dict[str, Any] = node.get("allocatable") or {}
-    plugin_backed = device_resources | {p["resource"] for p in node.get("plugins", [])}
-    manual = []
-    kube_counts: dict[str, dict[str, Any]] = {}
-    for name in sorted(set(capacity) | set(allocatable)):
-        if not is_extended_resource(name):
-            continue
-        entry = {
-            "resource": name,
-            "capacity": capacity.get(name),
-            "allocatable": allocatable.get(name),
-        }
-        if name in plugin_backed:
-            kube_counts[name] = entry
-        else:
-            manual.append(entry)
-    return {"manual": manual, "kube": kube_counts}
 
 
 def resource_names(session: Session, limit: int = 500) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -147,3 +148,26 @@ def test_periodic_resync_relists(
 def _watch_status(client: TestClient, auth: dict[str, str], resource: str) -> dict[str, Any]:
     status = client.get("/api/v1/cluster/status", headers=auth).json()
     return next(w for w in status["watches"] if w["resource"] == resource)
+
+
+def test_page_and_api_agree_on_what_was_advertised_by_hand(
+    fake_api: FakeApiServer, start_app: StartApp, auth: dict[str, str], session_factory: Factory
+) -> None:
+    """One rule (the kubelet's extended resource name) decides for both: a capacity entry such
+    as `Example.com/Foo`, which is no extended resource name, is advertised by hand on
+    neither."""
+    ingest_devices(session_factory, "node-a", GPU, {"gpu-0": "Healthy", "gpu-1": "Healthy"})
+    capacity = {GPU: "2", DONGLE: "4", "Example.com/Foo": "1", "cpu": "8"}
+    fake_api.put("nodes", node("node-a", capacity=capacity, allocatable=capacity))
+    client = start_app()
+
+    detail = wait_for(
+        lambda: (d := _node(client, auth, "node-a")) and d["kube_synced_at"] and d,
+        what="node-a synced from the API server",
+    )
+    assert [r["resource"] for r in detail["manual_extended_resources"]] == [DONGLE]
+    page = client.get("/nodes/node-a", headers=auth)
+    assert page.status_code == 200
+    by_hand = page.text.split('id="manual-title"', 1)[1].split("</section>", 1)[0]
+    assert re.findall(r'<th scope="row" class="mono">([^<]*)</th>', by_hand) == [DONGLE]
+    assert "Kubernetes: capacity 2, allocatable 2" in page.text

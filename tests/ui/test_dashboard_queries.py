@@ -9,7 +9,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.inventory.charts import resource_history
 from app.inventory.dashboard import (
-    advertised_resources,
     group_devices_by_resource_and_numa,
     natural_key,
     nodes_needing_attention,
@@ -103,20 +102,3 @@ def test_tiles_group_by_numa_in_natural_order() -> None:
     ]
     assert resource["counts"]["devices"] == 5 and resource["counts"]["removed"] == 1
     assert sorted(["a10", "a9", "a10b", "b"], key=natural_key) == ["a9", "a10", "a10b", "b"]
-
-
-def test_hand_advertised_resources_are_told_apart() -> None:
-    node = {
-        "capacity": {
-            "cpu": "8",
-            "memory": "1Gi",
-            "hugepages-2Mi": "0",
-            GPU: "4",
-            "x.io/dongle": "2",
-        },
-        "allocatable": {"cpu": "8", GPU: "3", "x.io/dongle": "1", "kubernetes.io/batch": "1"},
-        "plugins": [{"resource": "y.io/fpga"}],
-    }
-    split = advertised_resources(node, {GPU})
-    assert split["manual"] == [{"resource": "x.io/dongle", "capacity": "2", "allocatable": "1"}]
-    assert split["kube"] == {GPU: {"resource": GPU, "capacity": "4", "allocatable": "3"}}

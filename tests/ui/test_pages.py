@@ -276,7 +276,8 @@ def test_hostile_values_render_as_text(
     assert hostile in devices_text and script in devices_text and "<b>pod</b>" in devices_text
     node_text = pages.dom("/nodes/node-a").clean_text
     assert "evil/<svg onload=alert(3)>" in node_text and "<script>alert(4)</script>" in node_text
-    assert "example.com/<u>x</u>" in node_text
+    # Not an extended resource name by the kubelet's rule, so not listed as advertised by hand.
+    assert "example.com/<u>x</u>" not in node_text
 
 
 def test_missing_things_get_a_404_page(pages: Pages) -> None:

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.inventory.dashboard import (
-    advertised_resources,
     all_devices_of_node,
     group_devices_by_resource_and_numa,
     resource_names,
 )
 from app.inventory.errors import NotFound
 from app.inventory.history import EventFilters, list_events
+from app.inventory.node_status import DEVICE_PLUGIN
 from app.inventory.queries import NodeFilters, get_node, list_nodes
 from app.ui.access import Viewer
 from app.ui.forms import RESOURCE_MAX, Form
@@ -90,13 +90,17 @@ def node(
         )
     devices = all_devices_of_node(session, name, clock)
     groups = group_devices_by_resource_and_numa(devices)
-    advertised = advertised_resources(detail, {g["resource"] for g in groups})
     context: dict[str, Any] = {
         "node": detail,
         "groups": groups,
         "holders": pods_holding(devices),
-        "manual": advertised["manual"],
-        "kube": advertised["kube"],
+        # The same rows as the API's: one rule tells plugin-backed from hand-advertised.
+        "manual": detail["manual_extended_resources"],
+        "kube": {
+            row["resource"]: row
+            for row in detail["extended_resources"]
+            if row["source"] == DEVICE_PLUGIN
+        },
         "events": list_events(session, EventFilters(node=name), limit=NODE_EVENTS).items,
         # Forms that change node status only where there is a cluster to send them to.
         "can_administer": viewer.has("admin")
