@@ -6,8 +6,11 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
 from app.api.envelope import ListEnvelope, envelope
+from app.api.export import DEVICE_COLUMNS, EVENT_COLUMNS, Format, csv_response
 from app.api.models import (
     DeviceDetailOut,
     DeviceOut,
@@ -20,7 +23,7 @@ from app.api.models import (
     ResourceOut,
 )
 from app.inventory.history import EventFilters, list_events
-from app.inventory.pages import DEFAULT_LIMIT, MAX_KEY, MAX_LIMIT
+from app.inventory.pages import DEFAULT_LIMIT, MAX_KEY, MAX_LIMIT, Page
 from app.inventory.pod_history import get_pod_history
 from app.inventory.pods import PodFilters, list_pods
 from app.inventory.queries import (
@@ -33,7 +36,7 @@ from app.inventory.queries import (
     list_resources,
 )
 from app.web.principal import Reader
-from app.web.sessions import QueryClock, ReadSession
+from app.web.sessions import QueryClock, ReadSession, SessionFactory
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
@@ -52,6 +55,12 @@ Cursor = Annotated[
     str | None, Query(max_length=2048, description="from the `next` URL of the previous page")
 ]
 Text = Annotated[str | None, Query(max_length=253)]
+FormatParam = Annotated[
+    Format, Query(description="json (one page), or csv: every matching row, streamed")
+]
+CSV: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {}}, "description": "JSON, or CSV with `format=csv`"}
+}
 
 
 @router.get("/nodes", response_model=ListEnvelope[NodeOut], summary="Nodes with device counts")
@@ -90,10 +99,16 @@ def node(name: str, session: ReadSession, _: Reader, clock: QueryClock) -> dict[
     return get_node(session, name, clock)
 
 
-@router.get("/devices", response_model=ListEnvelope[DeviceOut], summary="Devices, filtered")
+@router.get(
+    "/devices",
+    response_model=ListEnvelope[DeviceOut],
+    responses=CSV,
+    summary="Devices, filtered",
+)
 def devices(
     request: Request,
     session: ReadSession,
+    factory: SessionFactory,
     _: Reader,
     clock: QueryClock,
     node: Text = None,
@@ -111,7 +126,8 @@ def devices(
     ] = "node",
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
-) -> dict[str, Any]:
+    format: FormatParam = "json",
+) -> dict[str, Any] | Response:
     filters = DeviceFilters(
         node=node,
         resource=resource,
@@ -122,6 +138,13 @@ def devices(
         state=state,
         q=q,
     )
+    if format == "csv":
+
+        def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
+            return list_devices(session, filters, clock, sort=sort, cursor=after, limit=size)
+
+        first = fetch(session, cursor, MAX_LIMIT)
+        return csv_response(factory, first, fetch, DEVICE_COLUMNS, "devices.csv")
     page = list_devices(session, filters, clock, sort=sort, cursor=cursor, limit=limit)
     return envelope(request, page)
 
@@ -197,29 +220,51 @@ def resources(
 
 
 @router.get(
-    "/events", response_model=ListEnvelope[EventOut], summary="The change log, newest first"
+    "/events",
+    response_model=ListEnvelope[EventOut],
+    responses=CSV,
+    summary="The change log, newest first",
 )
 def events(
     request: Request,
     session: ReadSession,
+    factory: SessionFactory,
     _: Reader,
     node: Text = None,
     resource: Annotated[str | None, Query(max_length=316)] = None,
     kind: Annotated[str | None, Query(max_length=32)] = None,
-    since: Annotated[datetime | None, Query(description="RFC 3339 time with offset")] = None,
+    since: Annotated[
+        datetime | None, Query(description="RFC 3339 time with offset; events at or after it")
+    ] = None,
+    until: Annotated[
+        datetime | None, Query(description="RFC 3339 time with offset; events at or before it")
+    ] = None,
     device: Annotated[int | None, Query(ge=1, le=MAX_KEY, description="device id")] = None,
+    device_id: Annotated[
+        str | None, Query(max_length=253, description="the device ID its plugin reports")
+    ] = None,
     namespace: Annotated[str | None, Query(max_length=63)] = None,
     pod: Text = None,
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
-) -> dict[str, Any]:
+    format: FormatParam = "json",
+) -> dict[str, Any] | Response:
     filters = EventFilters(
         node=node,
         resource=resource,
         kind=kind,
         since=since,
+        until=until,
         device=device,
+        device_id=device_id,
         namespace=namespace,
         pod=pod,
     )
+    if format == "csv":
+
+        def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
+            return list_events(session, filters, cursor=after, limit=size)
+
+        first = fetch(session, cursor, MAX_LIMIT)
+        return csv_response(factory, first, fetch, EVENT_COLUMNS, "events.csv")
     return envelope(request, list_events(session, filters, cursor=cursor, limit=limit))

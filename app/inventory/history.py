@@ -53,10 +53,29 @@ class EventFilters:
     resource: str | None = None
     kind: str | None = None
     since: datetime | None = None
+    until: datetime | None = None
     device: int | None = None
+    device_id: str | None = None
     namespace: str | None = None
     pod: str | None = None
     after_id: int | None = None
+
+
+def _check_moment(name: str, moment: datetime | None) -> None:
+    if moment is None:
+        return
+    if moment.tzinfo is None:
+        raise InvalidInput(
+            f"{name} needs a time zone",
+            [Problem(name, "timezone_aware", "must carry a UTC offset, e.g. 2026-12-02T10:00:00Z")],
+        )
+    try:
+        moment.astimezone(UTC)
+    except OverflowError as e:
+        raise InvalidInput(
+            f"{name} is out of range",
+            [Problem(name, "range", "must be a time between years 1 and 9999 in UTC")],
+        ) from e
 
 
 def _event_conditions(filters: EventFilters) -> list[ColumnElement[bool]]:
@@ -65,23 +84,8 @@ def _event_conditions(filters: EventFilters) -> list[ColumnElement[bool]]:
             "kind is not an event kind",
             [Problem("kind", "enum", f"must be one of {', '.join(EVENT_KINDS)}")],
         )
-    if filters.since is not None and filters.since.tzinfo is None:
-        raise InvalidInput(
-            "since needs a time zone",
-            [
-                Problem(
-                    "since", "timezone_aware", "must carry a UTC offset, e.g. 2026-12-02T10:00:00Z"
-                )
-            ],
-        )
-    if filters.since is not None:
-        try:
-            filters.since.astimezone(UTC)
-        except OverflowError as e:
-            raise InvalidInput(
-                "since is out of range",
-                [Problem("since", "range", "must be a time between years 1 and 9999 in UTC")],
-            ) from e
+    for name in ("since", "until"):
+        _check_moment(name, getattr(filters, name))
     conditions: list[ColumnElement[bool]] = []
     if filters.node is not None:
         conditions.append(Event.node == filters.node)
@@ -91,8 +95,12 @@ def _event_conditions(filters: EventFilters) -> list[ColumnElement[bool]]:
         conditions.append(Event.kind == filters.kind)
     if filters.since is not None:
         conditions.append(Event.at >= filters.since)
+    if filters.until is not None:
+        conditions.append(Event.at <= filters.until)
     if filters.device is not None:
         conditions.append(Event.device_pk == filters.device)
+    if filters.device_id is not None:
+        conditions.append(Event.device_id == filters.device_id)
     if filters.namespace is not None:
         conditions.append(Event.namespace == filters.namespace)
     if filters.pod is not None:

@@ -6,7 +6,9 @@ Pages take their state from the URL, so every value is optional and an empty val
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from starlette.datastructures import QueryParams
@@ -17,6 +19,13 @@ TEXT_MAX = 253
 RESOURCE_MAX = 316
 CURSOR_MAX = 2048
 PAGE_SIZES = (25, 50, 100, 200)
+AGE = re.compile(r"(\d{1,6})\s*([smhd])")
+AGE_UNITS = {
+    "s": timedelta(seconds=1),
+    "m": timedelta(minutes=1),
+    "h": timedelta(hours=1),
+    "d": timedelta(days=1),
+}
 
 
 @dataclass
@@ -64,6 +73,29 @@ class Form:
             )
             return None
         return int(raw)
+
+    def moment(self, name: str, now: datetime) -> datetime | None:
+        """A time in UTC ("2026-12-03 10:00", any ISO 8601 form, an offset allowed) or an age
+        before now ("15m", "2h", "3d")."""
+        raw = self.params.get(name, "").strip()
+        self.values[name] = raw
+        if not raw:
+            return None
+        age = AGE.fullmatch(raw.lower())
+        if age:
+            return now - int(age[1]) * AGE_UNITS[age[2]]
+        try:
+            moment = datetime.fromisoformat(raw)
+        except ValueError:
+            self.problems.append(
+                Problem(
+                    name,
+                    "datetime",
+                    "must be a time such as 2026-12-03 10:00 (UTC) or an age such as 2h",
+                )
+            )
+            return None
+        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
     def cursor(self) -> str | None:
         return self.text("cursor", CURSOR_MAX)

@@ -4,6 +4,7 @@ is valid, and answer with the page, its problems (422) and its canonical URL."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from app.inventory.errors import InvalidInput
@@ -48,3 +49,19 @@ def list_view(
         canonical=query_url(path, state, cursor=cursor),
         status=422 if problems else 200,
     )
+
+
+def export_url(path: str, filters: Any, **extra: str) -> str:
+    """The API's CSV of what a page's filters show (a dataclass of them): times as RFC 3339
+    (an age typed into the page becomes the time it meant), booleans as true/false."""
+    params: dict[str, str] = {}
+    for name, value in vars(filters).items():
+        if value is None or name == "after_id":
+            continue
+        if isinstance(value, bool):
+            params[name] = "true" if value else "false"
+        elif isinstance(value, datetime):
+            params[name] = value.isoformat()
+        else:
+            params[name] = str(value)
+    return query_url(path, params, **extra, format="csv")

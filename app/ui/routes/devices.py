@@ -13,7 +13,7 @@ from app.inventory.history import EventFilters, list_events
 from app.inventory.queries import DeviceFilters, get_device, list_devices
 from app.ui.access import Viewer
 from app.ui.forms import RESOURCE_MAX, Form
-from app.ui.lists import list_view, run_list_query
+from app.ui.lists import export_url, list_view, run_list_query
 from app.ui.render import View, render_error, respond
 from app.ui.svg import timeline
 from app.web.sessions import QueryClock, ReadSession
@@ -60,6 +60,7 @@ def devices(request: Request, viewer: Viewer, session: ReadSession, clock: Query
         cursor=cursor,
         resources=resource_names(session),
         sort=sort,
+        export=export_url("/api/v1/devices", filters, sort=sort),
         filtered=any(state[name] for name in FILTERS),
     )
     return respond(request, viewer, view)

@@ -9,18 +9,18 @@ from app.inventory.events import EVENT_KINDS
 from app.inventory.history import EventFilters, list_events
 from app.ui.access import Viewer
 from app.ui.forms import RESOURCE_MAX, Form
-from app.ui.lists import list_view, run_list_query
+from app.ui.lists import export_url, list_view, run_list_query
 from app.ui.render import respond
-from app.web.sessions import ReadSession
+from app.web.sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 
 KIND_CHOICES = {"": None} | {kind: kind for kind in EVENT_KINDS}
-FILTERS = ("kind", "node", "resource", "namespace", "pod", "device")
+FILTERS = ("kind", "node", "resource", "namespace", "pod", "device", "device_id", "since", "until")
 
 
 @router.get("/events", response_class=HTMLResponse)
-def events(request: Request, viewer: Viewer, session: ReadSession) -> Response:
+def events(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock) -> Response:
     form = Form(request.query_params)
     filters = EventFilters(
         kind=form.choice("kind", KIND_CHOICES),
@@ -29,6 +29,9 @@ def events(request: Request, viewer: Viewer, session: ReadSession) -> Response:
         namespace=form.text("namespace", 63),
         pod=form.text("pod"),
         device=form.integer("device", minimum=1),
+        device_id=form.text("device_id"),
+        since=form.moment("since", clock.now),
+        until=form.moment("until", clock.now),
     )
     limit = form.page_size()
     cursor = form.cursor()
@@ -46,6 +49,7 @@ def events(request: Request, viewer: Viewer, session: ReadSession) -> Response:
         state=state,
         cursor=cursor,
         kinds=EVENT_KINDS,
+        export=export_url("/api/v1/events", filters),
         filtered=any(state[name] for name in FILTERS),
     )
     return respond(request, viewer, view)

@@ -117,3 +117,29 @@ def test_unknown_paths_show_the_404_page_with_an_icon(
     seen = run_in_browser(database_url, session_factory, steps)
     # The browser logs each 404 document it loads; nothing else may show up.
     assert [p for p in seen.problems if "404" not in p] == []
+
+
+def test_operator_narrows_events_to_an_incident_and_exports_them(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    failing = gpu_id(2, 3)
+
+    async def steps(page: Page, base: str) -> None:
+        await page.goto(base + "/events")
+        await page.get_by_label("Device ID").fill(failing)
+        await expect(page).to_have_url(re.compile(r"device_id=GPU-0203"))
+        await page.get_by_label("Since").fill("6h")
+        await expect(page).to_have_url(re.compile(r"since=6h"))
+        rows = page.locator("#event-results tbody tr")
+        await expect(rows.first).to_contain_text("Health changed")
+        shown = await rows.count()
+        async with page.expect_download() as info:
+            await page.get_by_role("link", name="Export CSV").click()
+        download = await info.value
+        text = Path(await download.path()).read_text()
+        lines = text.strip().splitlines()
+        assert lines[0].startswith("id,at,kind,node")
+        assert len(lines) - 1 == shown and all(failing in line for line in lines[1:])
+
+    seen = run_in_browser(database_url, session_factory, steps)
+    assert seen.problems == []
