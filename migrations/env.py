@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import pool, text
 
 from app.db import create_db_engine
 from app.inventory.models import Base
 
 config = context.config
 target_metadata = Base.metadata
+# PostgreSQL advisory lock key held while migrating: "devicede" in ASCII.
+MIGRATION_LOCK_KEY = 0x6465766963656465
 
 
 def run_migrations_offline() -> None:
@@ -35,6 +37,13 @@ def run_migrations_online() -> None:
             compare_type=True,
         )
         with context.begin_transaction():
+            if connection.dialect.name == "postgresql":
+                # Replicas that start together each migrate (an init container each, or
+                # `serve` without --no-migrate): one at a time, held to the transaction's end,
+                # so the others then read the version it committed and find nothing to do.
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+                )
             context.run_migrations()
     engine.dispose()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,3 +84,42 @@ def test_upgrade_matches_models_and_downgrade_removes_everything(empty_database_
     # And back up again from nothing, as a fresh install would.
     upgrade_to_head(url)
     assert schema_diff(url) == []
+
+
+# Waits for the go file, so that every process starts migrating at the same moment.
+MIGRATE_ON_SIGNAL = """
+import sys, time
+from pathlib import Path
+from app.migrate import upgrade_to_head
+go = Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.01)
+upgrade_to_head(sys.argv[1])
+"""
+
+
+def test_replicas_starting_together_each_migrate_without_failing(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    """Two service replicas come up at once, each with its migrate init container (and
+    `devicedeck serve` migrates at startup too): one migrates, the others find it done."""
+    if not empty_database_url.startswith("postgresql"):
+        pytest.skip("SQLite is one process's embedded database")
+    go = tmp_path / "go"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", MIGRATE_ON_SIGNAL, empty_database_url, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    go.touch()
+    results = [(p.wait(timeout=300), p.stderr.read() if p.stderr else "") for p in processes]
+    for process in processes:
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+    assert [code for code, _ in results] == [0, 0, 0, 0], "\n".join(e for _, e in results)
+    assert schema_diff(empty_database_url) == []
