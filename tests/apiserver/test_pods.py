@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes import watch
 
 from app.sim.apiserver import SimApiServer
 
@@ -94,3 +95,31 @@ def test_resource_slices_and_claims_are_empty_until_created(
         api, "GET", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-b"
     )
     assert (status, body["items"]) == (200, [])
+
+
+def test_resource_slices_are_watched(api: SimApiServer, api_client: k8s.ApiClient) -> None:
+    custom = k8s.CustomObjectsApi(api_client)
+    group, version = "resource.k8s.io", "v1"
+    start = custom.list_cluster_custom_object(group, version, "resourceslices")["metadata"][
+        "resourceVersion"
+    ]
+    body = {
+        "metadata": {"name": "node-a-gpu"},
+        "spec": {"driver": "gpu.example.com", "nodeName": "node-a", "devices": []},
+    }
+    custom.create_cluster_custom_object(group, version, "resourceslices", body)
+    custom.delete_cluster_custom_object(group, version, "resourceslices", "node-a-gpu")
+    events = []
+    stream = watch.Watch()
+    for event in stream.stream(
+        custom.list_cluster_custom_object,
+        group,
+        version,
+        "resourceslices",
+        resource_version=start,
+        timeout_seconds=20,
+    ):
+        events.append((event["type"], event["object"]["metadata"]["name"]))
+        if len(events) == 2:
+            stream.stop()
+    assert events == [("ADDED", "node-a-gpu"), ("DELETED", "node-a-gpu")]

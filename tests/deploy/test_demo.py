@@ -169,6 +169,29 @@ def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
         DATA_TIMEOUT,
         "the node's capacity from the API server",
     )
+    # An unhealthy device lowers allocatable, not capacity, as the kubelet reports it.
+    root = data_dir / "kubelet" / node
+    command = ["sim-ctl", "--root", str(root), "device", "health", gpu.resource, "#0", "Unhealthy"]
+    ctl = subprocess.run(
+        [sys.executable, "-m", "app.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert ctl.returncode == 0, ctl.stderr
+
+    def lowered() -> bool:
+        with urllib.request.urlopen(f"{server}/api/v1/nodes/{node}", timeout=5) as response:
+            status = json.load(response)["status"]
+        detail = get(port, f"/api/v1/nodes/{node}")
+        return (
+            status["capacity"][gpu.resource] == str(gpu.count)
+            and int(status["allocatable"][gpu.resource]) < gpu.count
+            and detail["capacity"][gpu.resource] == str(gpu.count)
+            and detail["allocatable"][gpu.resource] == status["allocatable"][gpu.resource]
+        )
+
+    wait_until(lowered, DATA_TIMEOUT, "allocatable below capacity after a device turned unhealthy")
     detail = get(port, f"/api/v1/nodes/{node}")
     return {"node": cluster_node, "detail": detail}
 

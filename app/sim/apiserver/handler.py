@@ -323,9 +323,14 @@ class ApiHandler(BaseHTTPRequestHandler):
         plural = target.resource.plural
         while True:
             with store.cond:
-                pending: list[Change] = [
-                    c for c in store.history if c.plural == plural and c.resource_version > position
-                ]
+                pending: list[Change] = []
+                # The history is in version order: read back only as far as this watch got.
+                for change in reversed(store.history):
+                    if change.resource_version <= position:
+                        break
+                    if change.plural == plural:
+                        pending.append(change)
+                pending.reverse()
                 ended = store.watch_epoch != epoch
                 action = store.epoch_action
                 if not pending and not ended and not store.closing:
