@@ -31,15 +31,12 @@ MERGE_KEYS = {
     "env": "name",
     "ports": "containerPort",
     "volumeMounts": "mountPath",
-    "taints": "key",
-    "volumesAttached": "name",
     "ownerReferences": "uid",
-    "containerStatuses": "name",
-    "initContainerStatuses": "name",
     "resourceClaims": "name",
 }
-# Lists of strings merged as sets.
-SET_LISTS = {"finalizers", "volumesInUse"}
+# Lists of strings merged as sets. Every other list (taints, containerStatuses, ...) has no
+# patch strategy in the API types, and a patch replaces it whole.
+SET_LISTS = {"finalizers"}
 
 
 def _pointer(path: Any) -> list[str]:

@@ -146,14 +146,24 @@ class ClusterMember:
             self._thread = None
 
     def _run(self) -> None:
+        delay = self._check_seconds
         while not self._stop.is_set():
             try:
                 self.sync()
+                delay = self._check_seconds
             except KubeClientError as e:
-                log.warning("node status not written node=%s error=%s", self.node_name, e)
+                log.warning(
+                    "node status not written node=%s retry_in=%.1fs error=%s",
+                    self.node_name,
+                    delay,
+                    e,
+                )
                 self._registered = self._registered and e.code != 404
                 self._sent = None
-            self._stop.wait(self._check_seconds)
+                # An API server that is down is retried less and less often, up to the
+                # status update period.
+                delay = min(delay * 2, self._update_seconds)
+            self._stop.wait(delay)
 
     def sync(self, force: bool = False) -> None:
         """Register the node if needed and write its status if it changed or is due."""
