@@ -274,7 +274,10 @@ def grants_used_by_code() -> set[Grant]:
     for constant, kind in kinds.items():
         if not re.search(rf"\b{constant}\b", others):
             continue  # defined but never watched
-        group = kind.api_version.rpartition("/")[0]
+        # "v1" (the core group), "group/version", or a group alone whose version the client
+        # picks from what the cluster serves.
+        version = kind.api_version
+        group = version.rpartition("/")[0] if "/" in version else "" if version == "v1" else version
         grants |= {(group, kind.name, verb) for verb in generic_verbs}
     return grants
 
