@@ -144,3 +144,20 @@ def test_dashboard_counts_each_device_once_with_two_replicas(tmp_path: Path) -> 
     }
     (tmp_path / "board-test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
     run_promtool("test", "rules", "board-test.yaml", cwd=tmp_path)
+
+
+def test_panels_fit_the_grid_without_overlapping() -> None:
+    """Grafana's grid is 24 columns wide; overlapping panels are pushed around on load."""
+    taken: set[tuple[int, int]] = set()
+    for panel in dashboard()["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        cells = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not cells & taken, f"{panel['title']} overlaps another panel"
+        taken |= cells
+    ids = [panel["id"] for panel in dashboard()["panels"]]
+    assert len(ids) == len(set(ids))
