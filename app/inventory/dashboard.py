@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
+from app.inventory.dra_overview import dra_counts
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED
 from app.inventory.models import Device, Node
 from app.inventory.pages import MAX_LIMIT
@@ -54,6 +55,7 @@ def cluster_summary(session: Session, clock: Clock) -> dict[str, Any]:
         "nodes": {"total": int(node_total or 0), "stale": int(node_stale or 0)},
         "resources": [{"resource": name, **per_resource[name]} for name in sorted(per_resource)],
         "totals": totals,
+        "dra": dra_counts(session),
     }
 
 

@@ -17,14 +17,14 @@ def install_ui(app: FastAPI) -> None:
     from app.ui.cache import PageCache
     from app.ui.error_page import page_error
     from app.ui.live import start_live_updates
-    from app.ui.routes import devices, events, extended, login, missing, nodes, overview, pods
+    from app.ui.routes import devices, dra, events, extended, login, missing, nodes, overview, pods
     from app.ui.security import SecurityHeadersMiddleware
     from app.ui.stream import router as stream_router
     from app.ui.templating import STATIC, build_environment
 
     app.state.ui_templates = build_environment()
     app.state.ui_cache = PageCache()
-    for module in (overview, nodes, devices, pods, events, login, extended):
+    for module in (overview, nodes, devices, dra, pods, events, login, extended):
         app.include_router(module.router)
     app.include_router(stream_router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

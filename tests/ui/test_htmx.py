@@ -71,7 +71,13 @@ def test_live_refresh_swaps_only_changed_regions(pages: Pages, ingest: Ingest) -
     typical_cluster(ingest)
     page = pages.get("/nodes/node-a").text
     digests = digests_of(page)
-    assert set(digests) == {"v-node-summary", "v-node-devices", "v-node-side", "v-node-events"}
+    assert set(digests) == {
+        "v-node-summary",
+        "v-node-devices",
+        "v-node-dra",
+        "v-node-side",
+        "v-node-events",
+    }
     # Nothing changed: 204, and htmx swaps nothing.
     assert live_refresh(pages, "/nodes/node-a", digests, expect=204) == ""
 

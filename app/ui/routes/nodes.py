@@ -12,6 +12,8 @@ from app.inventory.dashboard import (
     group_devices_by_resource_and_numa,
     resource_names,
 )
+from app.inventory.dra_devices import dra_devices_of_node
+from app.inventory.dra_overview import group_by_pool
 from app.inventory.errors import NotFound
 from app.inventory.history import EventFilters, list_events
 from app.inventory.node_status import DEVICE_PLUGIN
@@ -102,6 +104,7 @@ def node(
             if row["source"] == DEVICE_PLUGIN
         },
         "events": list_events(session, EventFilters(node=name), limit=NODE_EVENTS).items,
+        "dra_pools": group_by_pool(dra_devices_of_node(session, name)),
         # Forms that change node status only where there is a cluster to send them to.
         "can_administer": viewer.has("admin")
         and getattr(request.app.state, "kube_api", None) is not None,
@@ -114,6 +117,6 @@ def node(
             context,
             title=name,
             nav="nodes",
-            regions=("node-summary", "node-devices", "node-side", "node-events"),
+            regions=("node-summary", "node-devices", "node-dra", "node-side", "node-events"),
         ),
     )

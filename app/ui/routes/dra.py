@@ -1,0 +1,81 @@
+"""GET /dra (DRA devices, filterable and paged) and the page of one DRA device."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from app.inventory.dra_devices import DraFilters, list_dra_devices
+from app.inventory.dra_history import dra_device_details
+from app.ui.access import Viewer
+from app.ui.forms import Form
+from app.ui.lists import list_view, run_list_query
+from app.ui.render import View, render_error, respond
+from app.web.sessions import ReadSession
+
+router = APIRouter(include_in_schema=False)
+
+ALLOCATED_CHOICES: dict[str, bool | None] = {"": None, "yes": True, "no": False}
+FILTERS = ("node", "driver", "pool", "allocated")
+
+
+@router.get("/dra", response_class=HTMLResponse)
+def dra_devices(request: Request, viewer: Viewer, session: ReadSession) -> Response:
+    form = Form(request.query_params)
+    filters = DraFilters(
+        node=form.text("node"),
+        driver=form.text("driver"),
+        pool=form.text("pool"),
+        allocated=form.choice("allocated", ALLOCATED_CHOICES),
+    )
+    limit = form.page_size()
+    cursor = form.cursor()
+    state = form.state(*FILTERS, "limit")
+    page, problems = run_list_query(
+        form, lambda: list_dra_devices(session, filters, cursor=cursor, limit=limit)
+    )
+    view = list_view(
+        template="dra.html",
+        path="/dra",
+        title="DRA devices",
+        region="dra-results",
+        page=page,
+        problems=problems,
+        state=state,
+        cursor=cursor,
+        filtered=any(state[name] for name in FILTERS),
+    )
+    # DRA devices are devices: the navigation keeps the Devices tab lit.
+    view.nav = "devices"
+    return respond(request, viewer, view)
+
+
+@router.get("/dra/devices/{driver}/{pool:path}/{device}", response_class=HTMLResponse)
+def dra_device(
+    driver: str, pool: str, device: str, request: Request, viewer: Viewer, session: ReadSession
+) -> Response:
+    details = (
+        dra_device_details(session, driver, pool, device)
+        if max(len(driver), len(pool), len(device)) <= 253
+        else None
+    )
+    if details is None:
+        return render_error(
+            request,
+            404,
+            "No such DRA device",
+            f"No driver has published “{driver}/{pool}/{device}”, now or before.",
+            principal=viewer,
+            back="/dra",
+        )
+    return respond(
+        request,
+        viewer,
+        View(
+            "dra-device.html",
+            {"device": details},
+            title=f"{device} in {driver}/{pool}",
+            nav="devices",
+            regions=("dra-device-summary", "dra-device-history"),
+        ),
+    )
