@@ -1,0 +1,315 @@
+"""The shell commands README.md and docs/*.md give a reader, run as written, in order, against
+a fresh `devicedeck demo` started in a temporary directory laid out like a checkout.
+
+A fenced shell block is run when the line before its fence is `<!-- runnable: NAME -->`;
+CHECKS[NAME] holds what the text around the block says it produces. Every other shell block
+is listed in NOT_RUNNABLE with the reason, so a new block cannot go unnoticed. The one change
+made to a command: the demo listens on a port the OS chose, so `127.0.0.1:8000` and
+`localhost:8000` become its address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.demo.topology import TOPOLOGY
+
+from .helpers import REPO, wait_until
+
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SHELL_INFO = {"sh", "bash", "shell", "console"}
+MARKER = re.compile(r"^\s*<!--\s*runnable:\s*([\w-]+)\s*-->\s*$")
+FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
+DEFAULT_ADDRESSES = ("127.0.0.1:8000", "localhost:8000")
+
+STARTUP_TIMEOUT = 90.0
+# Generous: the demo's agents report every 2 s, but the machine may be busy.
+OUTCOME_TIMEOUT = 60.0
+COMMAND_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Block:
+    document: Path
+    line: int
+    info: str
+    text: str
+    name: str | None  # set when the block is marked runnable
+
+    @property
+    def where(self) -> str:
+        return f"{self.document.relative_to(REPO)}:{self.line}"
+
+    @property
+    def first_line(self) -> str:
+        return next((line.strip() for line in self.text.splitlines() if line.strip()), "")
+
+
+def fenced_blocks(document: Path) -> list[Block]:
+    """Every fenced code block, with the runnable marker on the line before it, if any."""
+    blocks: list[Block] = []
+    lines = document.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if not opening:
+            index += 1
+            continue
+        indent, fence, info = opening.groups()
+        body: list[str] = []
+        end = index + 1
+        while end < len(lines) and not lines[end].strip().startswith(fence):
+            line = lines[end]
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
+            end += 1
+        marker = MARKER.match(lines[index - 1]) if index else None
+        name = marker.group(1) if marker else None
+        blocks.append(Block(document, index + 1, info, "\n".join(body) + "\n", name))
+        index = end + 1
+    return blocks
+
+
+def shell_blocks() -> list[Block]:
+    return [b for d in DOCUMENTS for b in fenced_blocks(d) if b.info in SHELL_INFO or b.name]
+
+
+# --- the demo and the commands ----------------------------------------------------------
+
+
+@dataclass
+class Ran:
+    block: Block
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class Demo:
+    """A demo started as `make run` starts it, in a directory that looks like a checkout."""
+
+    def __init__(self, workdir: Path, port: int) -> None:
+        self.workdir = workdir
+        self.url = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=10) as response:
+            return json.load(response)
+
+    def get_text(self, path: str) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=10) as response:
+            return str(response.read().decode())
+
+    def run(self, block: Block) -> Ran:
+        command = block.text
+        for address in DEFAULT_ADDRESSES:
+            command = command.replace(address, self.url.removeprefix("http://"))
+        result = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", command],
+            cwd=self.workdir,
+            env=reader_environment(),
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT,
+        )
+        return Ran(block, command, result.returncode, result.stdout, result.stderr)
+
+
+def reader_environment() -> dict[str, str]:
+    """A reader's shell: no Devicedeck settings, and no virtualenv on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
+    env.pop("VIRTUAL_ENV", None)
+    path = [p for p in env.get("PATH", "").split(":") if p and "/.venv/" not in p + "/"]
+    env["PATH"] = ":".join(path)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def checkout_copy(workdir: Path) -> None:
+    """The checkout's files, linked; the demo's data directory will be the workdir's own."""
+    for entry in REPO.iterdir():
+        if entry.name in (".git", "devicedeck-data") or entry.name.endswith(".db"):
+            continue
+        (workdir / entry.name).symlink_to(entry)
+
+
+def demo_is_busy(demo: Demo) -> bool:
+    """What a reader sees before trying anything: every node's devices, and pods holding some
+    of them on every node (the workload runs from the start)."""
+    nodes = {n["name"]: n for n in demo.get("/api/v1/nodes")["results"]}
+    return all(
+        node.name in nodes
+        and all(
+            nodes[node.name]["resources"].get(p.resource, {}).get("devices") for p in node.plugins
+        )
+        and sum(r["allocated"] for r in nodes[node.name]["resources"].values()) > 0
+        for node in TOPOLOGY
+    )
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[Demo]:
+    # Short on purpose: the kubelet roots live in the data directory (unix socket path limit).
+    workdir = Path(tempfile.mkdtemp(prefix="dd", dir="/tmp"))
+    checkout_copy(workdir)
+    port = free_port()
+    log = workdir / "demo.log"
+    command = [".venv/bin/devicedeck", "demo", "--port", str(port)]
+    with (
+        log.open("w") as out,
+        subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=reader_environment(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ) as process,
+    ):
+        running = Demo(workdir, port)
+        try:
+            banner = f"Dashboard: {running.url}/"
+            wait_until(
+                lambda: banner in log.read_text() or process.poll() is not None,
+                STARTUP_TIMEOUT,
+                "the dashboard URL",
+            )
+            assert process.poll() is None, log.read_text()
+            wait_until(
+                lambda: demo_is_busy(running), STARTUP_TIMEOUT, "devices and pods on every node"
+            )
+            yield running
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- what each runnable block is said to produce -----------------------------------------
+
+
+def eventually(condition: Callable[[], bool], what: str) -> None:
+    wait_until(condition, OUTCOME_TIMEOUT, what)
+
+
+def admitted_devices(stdout: str, resource: str) -> list[str]:
+    """Device IDs sim-ctl names for a resource (`  main: RES NUMA 0: a,b; NUMA 1: c`)."""
+    found: list[str] = []
+    for line in stdout.splitlines():
+        _, _, rest = line.partition(f": {resource} ")
+        for group in rest.split("; ") if rest else []:
+            found += group.partition(": ")[2].split(",")
+    return found
+
+
+def check_try_a_pod(ran: Ran, demo: Demo) -> None:
+    """README "The demo": the pod is admitted with two of gpu-a's GPUs, and shows up in the
+    service (the Pods page, /api/v1/pods) within seconds."""
+    assert ran.stdout.startswith("pod demo/my-job admitted"), ran.stdout
+    gpus = admitted_devices(ran.stdout, "nvidia.com/gpu")
+    assert len(gpus) == 2, ran.stdout
+    pod: dict[str, Any] = {}
+
+    def shown() -> bool:
+        try:
+            pod.update(demo.get("/api/v1/pods/demo/my-job"))
+        except urllib.error.HTTPError:
+            return False
+        return bool(pod["containers"])
+
+    eventually(shown, "demo/my-job in the service")
+    devices = [d for c in pod["containers"] for d in c["devices"]]
+    assert pod["node"] == "gpu-a"
+    assert sorted((d["resource"], d["device_id"]) for d in devices) == sorted(
+        ("nvidia.com/gpu", gpu) for gpu in gpus
+    )
+    page = demo.get_text("/pods")
+    assert "my-job" in page
+
+
+def check_ingest_by_hand(ran: Ran, demo: Demo) -> None:
+    """README "Ingest rules": the answer says what changed; sent again it changes nothing;
+    GET /api/v1/devices?health=Unhealthy lists dongle-1."""
+    answer = json.loads(ran.stdout)
+    assert answer["changed"] is True and answer["added"] == 2 and answer["events"] == 3, answer
+    again = demo.run(ran.block)
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout)["changed"] is False
+    unhealthy = demo.get("/api/v1/devices?health=Unhealthy&node=gpu-node-1")["results"]
+    assert [d["device_id"] for d in unhealthy] == ["dongle-1"]
+
+
+CHECKS: dict[str, Callable[[Ran, Demo], None]] = {
+    "try-a-pod": check_try_a_pod,
+    "ingest-by-hand": check_ingest_by_hand,
+}
+
+# How the first line of a shell block that is not run begins -> why it is not run.
+NOT_RUNNABLE: dict[str, str] = {
+    "make run": "starts the demo, which this test starts first as `.venv/bin/devicedeck demo`, "
+    "with a port the OS chose (`make test`, beside it, runs this suite)",
+    "docker compose": "needs Docker",
+    "docker build": "needs Docker and a registry",
+    "kubectl apply -f deploy/kubernetes": "needs a real cluster",
+    "kubectl apply -k deploy/kubernetes": "needs a real cluster",
+    "kubectl -n devicedeck": "needs a real cluster",
+}
+
+
+def not_runnable_because(block: Block) -> str | None:
+    return next(
+        (why for start, why in NOT_RUNNABLE.items() if block.first_line.startswith(start)), None
+    )
+
+
+def test_every_shell_block_is_run_or_says_why_not() -> None:
+    blocks = shell_blocks()
+    unexplained = [
+        f"{b.where}: {b.first_line}" for b in blocks if not b.name and not not_runnable_because(b)
+    ]
+    assert not unexplained, "mark these runnable or list them in NOT_RUNNABLE:\n" + "\n".join(
+        unexplained
+    )
+    names = [b.name for b in blocks if b.name]
+    assert len(names) == len(set(names)), f"two blocks with one name: {names}"
+    assert set(names) == set(CHECKS), "every runnable block, and only those, has a check"
+    unused = [
+        start
+        for start in NOT_RUNNABLE
+        if not any(b.first_line.startswith(start) for b in blocks if not b.name)
+    ]
+    assert not unused, f"NOT_RUNNABLE lists blocks no longer in the docs: {unused}"
+
+
+@pytest.mark.slow
+def test_runnable_commands_work_as_written_on_a_fresh_demo(demo: Demo) -> None:
+    for block in (b for b in shell_blocks() if b.name):
+        ran = demo.run(block)
+        context = f"{block.where} ({block.name})"
+        assert ran.exit_code == 0, f"{context}: exit {ran.exit_code}\n{ran.stdout}\n{ran.stderr}"
+        CHECKS[str(block.name)](ran, demo)
