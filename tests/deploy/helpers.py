@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,3 +56,12 @@ def wait_until(predicate: Callable[[], object], timeout: float, message: str) ->
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(0.1)
+
+
+def wait_for_dashboard(demo: subprocess.Popen[bytes], log: Path, url: str, timeout: float) -> None:
+    """Until `devicedeck demo` prints the dashboard URL; fails with its output if it exits."""
+    banner = f"Dashboard: {url}/"
+    wait_until(
+        lambda: banner in log.read_text() or demo.poll() is not None, timeout, "the dashboard URL"
+    )
+    assert demo.poll() is None, log.read_text()

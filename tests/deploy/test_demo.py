@@ -26,7 +26,7 @@ import pytest
 from app.demo.runner import advertise_command, kubeconfig_server
 from app.demo.topology import TOPOLOGY
 
-from .helpers import REPO, wait_until
+from .helpers import REPO, wait_for_dashboard, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -207,13 +207,7 @@ def run_demo_until_data(data_dir: Path, log: Path, exercise: bool = False) -> Ru
         subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env) as demo,
     ):
         try:
-            banner = f"Dashboard: http://127.0.0.1:{port}/"
-            wait_until(
-                lambda: banner in log.read_text() or demo.poll() is not None,
-                STARTUP_TIMEOUT,
-                "the dashboard URL",
-            )
-            assert demo.poll() is None, log.read_text()
+            wait_for_dashboard(demo, log, f"http://127.0.0.1:{port}", STARTUP_TIMEOUT)
             ready = time.monotonic()
             nodes: dict[str, Any] = {}
 

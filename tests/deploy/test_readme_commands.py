@@ -29,7 +29,7 @@ import pytest
 
 from app.demo.topology import TOPOLOGY
 
-from .helpers import REPO, wait_until
+from .helpers import REPO, wait_for_dashboard, wait_until
 
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL_INFO = {"sh", "bash", "shell", "console"}
@@ -188,13 +188,7 @@ def demo() -> Iterator[Demo]:
     ):
         running = Demo(workdir, port)
         try:
-            banner = f"Dashboard: {running.url}/"
-            wait_until(
-                lambda: banner in log.read_text() or process.poll() is not None,
-                STARTUP_TIMEOUT,
-                "the dashboard URL",
-            )
-            assert process.poll() is None, log.read_text()
+            wait_for_dashboard(process, log, running.url, STARTUP_TIMEOUT)
             wait_until(
                 lambda: demo_is_busy(running), STARTUP_TIMEOUT, "devices and pods on every node"
             )
