@@ -27,7 +27,14 @@ from types import FrameType
 from typing import TextIO
 
 from app.demo.processes import Child, Children, wait_for
-from app.demo.topology import TOPOLOGY, NodeSpec, agent_args, root_fits, sim_node_args
+from app.demo.topology import (
+    TOPOLOGY,
+    NodeSpec,
+    agent_args,
+    root_fits,
+    sim_dra_driver_args,
+    sim_node_args,
+)
 from app.sim.apiserver.server import url_host
 
 READY_TIMEOUT_SECONDS = 60.0
@@ -296,6 +303,12 @@ class Demo:
                 logs / f"node-{node.name}.log",
                 TIER_NODES,
             )
+        children.start(
+            "sim-dra-driver",
+            sim_dra_driver_args(layout.kubeconfig),
+            logs / "sim-dra-driver.log",
+            TIER_NODES,
+        )
         # Agents start with the rest: they retry until the kubelet and the service answer,
         # and their first snapshots then arrive as soon as the service is ready.
         for node in TOPOLOGY:

@@ -132,6 +132,24 @@ def sim_node_args(node: NodeSpec, root: Path | str, kubeconfig: Path | str) -> l
     return args
 
 
+# The node whose GPUs a simulated DRA driver also publishes, so the demo shows DRA devices
+# (ResourceSlices and claims in the API server) beside device-plugin devices.
+DRA_NODE = "gpu-a"
+DRA_DEVICES = 4
+
+
+def sim_dra_driver_args(kubeconfig: Path | str) -> list[str]:
+    return [
+        "sim-dra-driver",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--node",
+        DRA_NODE,
+        "--devices",
+        str(DRA_DEVICES),
+    ]
+
+
 def sim_kubelet_args(node: NodeSpec, root: Path | str, kubeconfig: Path | str) -> list[str]:
     return [
         "sim-kubelet",

@@ -13,6 +13,7 @@ from typing import Any
 from app.signals import stop_on_signals, wait_for_stop
 from app.sim import ctl
 from app.sim.apiserver import commands as apiserver_commands
+from app.sim.dra_driver import DraDriverSpec, SimDraDriver
 from app.sim.kubeclient import KubeClient
 from app.sim.kubelet import SimKubelet
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
@@ -79,6 +80,19 @@ def register(subparsers: Any) -> None:
 
     ctl.register(subparsers)
     apiserver_commands.register(subparsers)
+
+    dra = subparsers.add_parser(
+        "sim-dra-driver",
+        help="publish a simulated DRA driver's GPUs and claims using them to an API server",
+        description="Write a ResourceSlice of one node's GPUs and, using them, a pod with a "
+        "template claim, a pod whose GPU the driver reports not ready and a monitor's "
+        "admin-access claim, through the API server of --kubeconfig; kept so while it runs.",
+    )
+    dra.add_argument("--kubeconfig", required=True, type=Path, help="the API server to write to")
+    dra.add_argument("--node", required=True, help="the node whose GPUs the driver publishes")
+    dra.add_argument("--devices", type=int, default=4, help="GPUs in the node's pool (default 4)")
+    dra.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    dra.set_defaults(func=run_dra_driver)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -170,6 +184,20 @@ def run_node(args: argparse.Namespace) -> int:
         log.error("invalid arguments reason=%s", e)
         return 2
     return _run_until_signal(node.start, node.stop)
+
+
+def run_dra_driver(args: argparse.Namespace) -> int:
+    _configure_logging(args.log_level)
+    if not 2 <= args.devices <= 64:
+        log.error("invalid arguments reason=--devices must be from 2 to 64")
+        return 2
+    try:
+        client = KubeClient.from_kubeconfig(args.kubeconfig)
+    except ValueError as e:
+        log.error("invalid arguments reason=%s", e)
+        return 2
+    driver = SimDraDriver(client, DraDriverSpec(args.node, args.devices))
+    return _run_until_signal(driver.start, driver.stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

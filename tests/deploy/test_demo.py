@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from app.demo.runner import advertise_command, kubeconfig_server
-from app.demo.topology import TOPOLOGY
+from app.demo.topology import DRA_DEVICES, DRA_NODE, TOPOLOGY
 
 from .helpers import REPO, wait_for_dashboard, wait_until
 
@@ -193,7 +193,15 @@ def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
 
     wait_until(lowered, DATA_TIMEOUT, "allocatable below capacity after a device turned unhealthy")
     detail = get(port, f"/api/v1/nodes/{node}")
-    return {"node": cluster_node, "detail": detail}
+    # The simulated DRA driver's GPUs, with the claims and health it wrote, through the watcher.
+    dra: list[dict[str, Any]] = []
+
+    def dra_shows() -> bool:
+        dra[:] = get(port, f"/api/v1/dra/devices?node={DRA_NODE}")["results"]
+        return len(dra) == DRA_DEVICES and any(d["health"] for d in dra)
+
+    wait_until(dra_shows, DATA_TIMEOUT, "the simulated DRA driver's devices")
+    return {"node": cluster_node, "detail": detail, "dra": dra}
 
 
 def run_demo_until_data(data_dir: Path, log: Path, exercise: bool = False) -> Run:
@@ -259,9 +267,9 @@ def test_demo_shows_three_nodes_with_devices_and_pods_then_stops_on_sigint(
         resources = first_run.nodes[node.name]["resources"]
         for plugin in node.plugins:
             assert resources[plugin.resource]["devices"] == plugin.count, (node.name, plugin)
-    # An API server, a service, three sim-nodes and three agents; all gone once the demo
-    # returned.
-    assert len(first_run.children) == 2 + 2 * len(TOPOLOGY)
+    # An API server, a service, a DRA driver, three sim-nodes and three agents; all gone once
+    # the demo returned.
+    assert len(first_run.children) == 3 + 2 * len(TOPOLOGY)
     assert still_running(first_run.children) == []
     assert "AUTHENTICATION IS OFF" in first_run.output
     assert "<html" in first_run.dashboard.lower()
@@ -284,6 +292,12 @@ def test_the_demo_runs_the_whole_cluster_path(first_run: Run, data_dir: Path) ->
         assert int(detail["capacity"][plugin.resource]) == plugin.count
         # Allocatable counts the healthy devices only (the workload flaps some).
         assert 0 <= int(detail["allocatable"][plugin.resource]) <= plugin.count
+    # DRA next to device plugins: a held GPU, a broken one, a monitor watching all of them.
+    dra = {d["device"]: d for d in first_run.cluster["dra"]}
+    assert dra["gpu-0"]["allocated"] and dra["gpu-0"]["claims"][0]["consumers"]
+    assert dra["gpu-1"]["health"]["health"] == "Unhealthy"
+    assert all(d["watched_by"] for d in dra.values())
+    assert [n for n, d in sorted(dra.items()) if not d["allocated"]] == ["gpu-2", "gpu-3"]
 
 
 def test_second_run_continues_with_the_same_data(first_run: Run, data_dir: Path) -> None:
