@@ -195,3 +195,34 @@ def test_the_command_serves_writes_a_kubeconfig_and_stops_on_sigterm(tmp_path: P
         assert process.wait(timeout=30) == 0
         if process.stdout:
             process.stdout.close()
+
+
+@needs_kubectl
+def test_the_documented_curl_through_kubectl_proxy(kubeconfig: Path, core: k8s.CoreV1Api) -> None:
+    """The Kubernetes documentation sends its patch through `kubectl proxy`; so can a user."""
+    core.create_node(node_object("node-a"))
+    assert KUBECTL is not None
+    proxy = subprocess.Popen(
+        [KUBECTL, "--kubeconfig", str(kubeconfig), "proxy", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proxy.stdout is not None
+        line = proxy.stdout.readline()
+        assert "Starting to serve on" in line, line
+        address = line.rsplit(" ", 1)[1].strip()
+        request = urllib.request.Request(
+            f"http://{address}/api/v1/nodes/node-a/status",
+            data=SEED.encode(),
+            method="PATCH",
+            headers={"Content-Type": "application/json-patch+json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.load(response)["status"]["capacity"]["example.com/dongle"] == "4"
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)
+        if proxy.stdout:
+            proxy.stdout.close()
