@@ -43,7 +43,7 @@ def test_service_outage_catches_up_without_losing_or_repeating(
             node.root,
             *("--interval", "1", "--heartbeat", "2", "--max-backoff", "2"),
         )
-        wait_until(lambda: counts(api, node_name) == (6, 1), timeout=15, message="first state")
+        wait_until(lambda: counts(api, node_name) == (6, 1), message="first state")
         before = api.events(node_name)
 
         running.service.stop()
@@ -67,7 +67,7 @@ def test_service_outage_catches_up_without_losing_or_repeating(
             sick_now = devices.get((GPU, sick), {})
             return api.allocations(node_name) == wanted and sick_now.get("health") == "Unhealthy"
 
-        wait_until(caught_up, timeout=15, message="the final state after the outage")
+        wait_until(caught_up, message="the final state after the outage")
         after = api.events(node_name)
         new = Counter(event_key(e) for e in after[: len(after) - len(before)])
         leaving_gpu = leaving["containers"][0]["devices"][GPU]["device_ids"][0]
@@ -81,7 +81,6 @@ def test_service_outage_catches_up_without_losing_or_repeating(
         seen = api.get(f"/api/v1/nodes/{node_name}")["last_seen"]
         wait_until(
             lambda: api.get(f"/api/v1/nodes/{node_name}")["last_seen"] > seen,
-            timeout=10,
             message="a heartbeat",
         )
         assert api.events(node_name) == after
@@ -104,14 +103,13 @@ def test_kubelet_restart_is_followed_without_restarting_the_agent(
         node.root,
         *("--tap", DONGLE, "--interval", "2", "--max-backoff", "2"),
     )
-    wait_until(lambda: counts(api, node_name) == (6, 0), timeout=15, message="first state")
+    wait_until(lambda: counts(api, node_name) == (6, 0), message="first state")
 
     node.stop()
     node.start()  # a new kubelet: every socket under device-plugins/ and pod-resources/ is new
     pod = node.create_pod("ml", "after-restart", {GPU: 1, DONGLE: 1})
     wait_until(
         lambda: {p for _, p, _ in api.allocations(node_name).values()} == {"after-restart"},
-        timeout=10,
         message="a pod created after the restart",
     )
     assert {uid for _, _, uid in api.allocations(node_name).values()} == {pod["uid"]}
@@ -119,7 +117,6 @@ def test_kubelet_restart_is_followed_without_restarting_the_agent(
     node.set_health(DONGLE, "dongle-1", "Unhealthy")
     wait_until(
         lambda: api.devices(node_name)[(DONGLE, "dongle-1")]["health"] == "Unhealthy",
-        timeout=5,
         message="a tapped health change after the restart",
     )
     assert api.devices(node_name)[(DONGLE, "dongle-1")]["health_source"] == "plugin"
@@ -143,7 +140,7 @@ def test_rate_limited_kubelet_is_backed_off_and_still_converges(
             kubelet.paths.root,
             *("--interval", "1", "--max-backoff", "2"),
         )
-        wait_until(lambda: counts(api, node_name) == (2, 1), timeout=30, message="convergence")
+        wait_until(lambda: counts(api, node_name) == (2, 1), message="convergence")
         devices = api.devices(node_name)
         assert devices[(FAKE_RESOURCE, "d0")]["allocation"]["pod"] == "limited"
         assert {d["health"] for d in devices.values()} == {"Healthy"}
@@ -177,11 +174,11 @@ def test_bad_answers_from_the_service_do_not_stop_the_agent(
         )
         for mode in ("500", "garbage", "reset", "401", "409"):
             fake.mode = mode
-            wait_until(lambda m=mode: fake.count(m) >= 3, timeout=15, message=f"answers {mode}")
+            wait_until(lambda m=mode: fake.count(m) >= 3, message=f"answers {mode}")
             assert agent.alive(), agent.output()
         fake.mode = "proxy"
         api = api_for(shared_service)
-        wait_until(lambda: counts(api, node_name) == (6, 1), timeout=15, message="recovery")
+        wait_until(lambda: counts(api, node_name) == (6, 1), message="recovery")
     finally:
         fake.stop()
     # A 409 starts a new sequence: the next post has a fresh boot_id and seq 1.
@@ -212,13 +209,10 @@ def test_token_file_rotation_is_picked_up(
         *("--auth-retry", "600", "--interval", "2"),
         token_file=token_file,
     )
-    wait_until(
-        lambda: "event=unauthorized status=401" in agent.output(), timeout=15, message="a 401"
-    )
+    wait_until(lambda: "event=unauthorized status=401" in agent.output(), message="a 401")
     replacement = work_dir / "rotating-token.new"
     replacement.write_text(shared_service.ingest_token + "\n")
     replacement.rename(token_file)  # atomically, as the kubelet swaps projected tokens
     api = api_for(shared_service)
-    rotated = time.monotonic()
-    wait_until(lambda: counts(api, node_name) == (6, 0), timeout=15, message="data with new token")
-    assert time.monotonic() - rotated < 5.0
+    # Within the wait's deadline, far below the 600 s auth retry: the file change woke it.
+    wait_until(lambda: counts(api, node_name) == (6, 0), message="data with new token")

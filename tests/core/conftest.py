@@ -253,7 +253,7 @@ def statements(quiet_api: Api) -> Iterator[StatementCounter]:
         event.remove(watched, "before_cursor_execute", counter._on_execute)
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "it") -> None:
+def wait_until(predicate: Callable[[], object], timeout: float = 60.0, what: str = "it") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

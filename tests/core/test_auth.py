@@ -239,11 +239,9 @@ def test_token_cli_create_list_revoke(
 
     revoked = devicedeck(database_url, "token", "revoke", "node-agent")
     assert revoked.returncode == 0, revoked.stderr
-    # Revoked by another process: the service trusts its cached check for at most a second.
-    revoked_at = time.monotonic()
-    while api.client.get(DEVICES, headers=bearer(token)).status_code == 200:
-        assert time.monotonic() - revoked_at < 1.5, "still accepted after the cache time"
-        time.sleep(0.05)
+    # Revoked by another process: the service trusts its cached check (made before the
+    # revocation) for a second at most, so once that second has passed it is refused.
+    time.sleep(1.1)
     assert_error(api.client.get(DEVICES, headers=bearer(token)), 401, "unauthorized")
 
 

@@ -221,7 +221,7 @@ def test_stale_node_shows_its_devices_unknown(make_api: MakeApi, api: Api) -> No
     def old_is_stale() -> bool:
         return bool(quick.get("/api/v1/nodes/node-old")["stale"])
 
-    wait_until(old_is_stale, timeout=10, what="node-old to turn stale")
+    wait_until(old_is_stale, what="node-old to turn stale")
     quick.ingest_listandwatch(listandwatch("node-new", [dev("gpu-0")], 1))
 
     nodes = {n["name"]: n for n in quick.get("/api/v1/nodes")["results"]}
@@ -247,7 +247,7 @@ def test_stale_node_shows_its_devices_unknown(make_api: MakeApi, api: Api) -> No
     assert [d["health"] for d in pod_devices] == ["Unknown"]
 
     # The sweep records the transition once; the next snapshot brings the node back.
-    wait_until(lambda: quick.events(kind="node_stale"), timeout=10, what="a node_stale event")
+    wait_until(lambda: quick.events(kind="node_stale"), what="a node_stale event")
     assert [e["node"] for e in quick.events(kind="node_stale")] == ["node-old"]
     quick.ingest_listandwatch(
         listandwatch("node-old", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 2)

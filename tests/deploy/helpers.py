@@ -50,7 +50,9 @@ def help_succeeds(command: str) -> str:
     return out.getvalue()
 
 
-def wait_until(predicate: Callable[[], object], timeout: float, message: str) -> None:
+def wait_until(
+    predicate: Callable[[], object], timeout: float = 60.0, message: str = "condition"
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() >= deadline:

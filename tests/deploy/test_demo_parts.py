@@ -168,7 +168,6 @@ def kubelet_with_plugin(short_dir: Path) -> Iterator[Path]:
                 .get("example.com/dongle", {})
                 .get("capacity")
             ),
-            timeout=10,
             message="the plugin's devices at the kubelet",
         )
         yield short_dir
@@ -233,14 +232,12 @@ def test_remote_workload_waits_for_the_kubelet_then_drives_it(
     plugin = SimDevicePlugin("example.com/dongle", root=short_dir, count=2, numa_nodes=0)
     runner.start()
     try:
-        wait_until(
-            lambda: "kubelet unreachable" in caplog.text, timeout=10, message="a retry warning"
-        )
+        wait_until(lambda: "kubelet unreachable" in caplog.text, message="a retry warning")
         assert runner.is_alive()
         # The kubelet container starts late (or restarts): the workload carries on.
         kubelet.start()
         plugin.start()
-        wait_until(lambda: workload.created >= 1, timeout=10, message="a pod from the workload")
+        wait_until(lambda: workload.created >= 1, message="a pod from the workload")
         assert workload_pods(short_dir)
     finally:
         stop.set()

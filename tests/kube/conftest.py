@@ -98,7 +98,7 @@ def start_app(kube_settings: Settings) -> Iterator[StartApp]:
         yield start
 
 
-def wait_for(check: Callable[[], T | None], timeout: float = 10.0, what: str = "") -> T:
+def wait_for(check: Callable[[], T | None], timeout: float = 60.0, what: str = "") -> T:
     """Poll until check() returns something truthy; fail with `what` after timeout seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -42,7 +42,7 @@ def test_rbac_denial_is_shown_and_the_watch_recovers_when_allowed(
     assert _status(client, auth)["healthy"] is False
 
     fake_api.allow("pods")
-    wait_for(lambda: _status(client, auth)["healthy"], timeout=15, what="recovery after backoff")
+    wait_for(lambda: _status(client, auth)["healthy"], what="recovery after backoff")
     listed = client.get("/api/v1/cluster/pods", headers=auth).json()
     assert [p["name"] for p in listed["results"]] == ["trainer-0"]
 

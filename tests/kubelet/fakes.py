@@ -30,7 +30,7 @@ class FakeKubeletRegistration(deviceplugin_pb2_grpc.RegistrationServicer):
             self._changed.notify_all()
         return deviceplugin_pb2.Empty()
 
-    def wait_for_requests(self, count: int, timeout: float = 10.0) -> bool:
+    def wait_for_requests(self, count: int, timeout: float = 60.0) -> bool:
         with self._changed:
             return self._changed.wait_for(lambda: len(self.requests) >= count, timeout)
 

@@ -228,7 +228,7 @@ def test_cli_registers_serves_and_stops_on_sigterm(
         env={**os.environ, "PYTHONWARNINGS": "error"},
     )
     try:
-        assert fake_kubelet.wait_for_requests(1, timeout=30)
+        assert fake_kubelet.wait_for_requests(1)
         request = fake_kubelet.requests[0]
         assert (request.version, request.endpoint, request.resource_name) == (
             "v1beta1",

@@ -21,7 +21,7 @@ from app.kubelet.proto import podresources_pb2_grpc as pr_grpc
 
 
 def wait_until(
-    predicate: Callable[[], object], timeout: float = 5.0, message: str = "condition"
+    predicate: Callable[[], object], timeout: float = 60.0, message: str = "condition"
 ) -> None:
     deadline = time.monotonic() + timeout
     while True:

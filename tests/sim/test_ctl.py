@@ -67,16 +67,16 @@ def test_device_commands_reach_in_process_plugins(
     manager = node.kubelet.manager
 
     assert sim_ctl(root, "device", "health", DONGLE, "dongle-0", "Unhealthy") == ctl.EXIT_OK
-    wait_until(lambda: manager.allocatable() == {DONGLE: 1}, timeout=1.0)
+    wait_until(lambda: manager.allocatable() == {DONGLE: 1})
 
     assert sim_ctl(root, "device", "unplug", DONGLE, "dongle-1") == ctl.EXIT_OK
-    wait_until(lambda: manager.capacity() == {DONGLE: 1}, timeout=1.0)
+    wait_until(lambda: manager.capacity() == {DONGLE: 1})
 
     assert sim_ctl(root, "device", "plug", DONGLE, "dongle-1") == ctl.EXIT_OK
-    wait_until(lambda: manager.capacity() == {DONGLE: 2}, timeout=1.0)
+    wait_until(lambda: manager.capacity() == {DONGLE: 2})
 
     assert sim_ctl(root, "device", "health", DONGLE, "#0", "Healthy") == ctl.EXIT_OK
-    wait_until(lambda: manager.allocatable() == {DONGLE: 2}, timeout=1.0)
+    wait_until(lambda: manager.allocatable() == {DONGLE: 2})
 
     assert sim_ctl(root, "--json", "node", "status") == ctl.EXIT_OK
     assert '"capacity": 2' in capsys.readouterr().out

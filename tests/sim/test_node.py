@@ -74,13 +74,13 @@ def test_sim_node_process_runs_a_workload_and_stops_on_sigterm(root: Path) -> No
     ):
         try:
             pod_resources = root / "pod-resources" / "kubelet.sock"
-            wait_until(pod_resources.exists, timeout=20, message="PodResources socket")
+            wait_until(pod_resources.exists, message="PodResources socket")
 
             def workload_pods() -> int:
                 pods = list_pods(root).pod_resources
                 return sum(1 for p in pods if p.namespace in WORKLOAD_NAMESPACES)
 
-            wait_until(lambda: workload_pods() >= 2, timeout=20, message="workload pods")
+            wait_until(lambda: workload_pods() >= 2, message="workload pods")
         finally:
             process.send_signal(signal.SIGTERM)
             code = process.wait(timeout=20)
@@ -121,12 +121,11 @@ def test_sim_kubelet_process_serves_a_separate_plugin_and_stops_on_sigint(
         subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT) as process,
     ):
         try:
-            wait_until(control_socket_path(root).exists, timeout=20, message="control socket")
+            wait_until(control_socket_path(root).exists, message="control socket")
             start_plugin("example.com/dongle", 2)
             # Registration returns before the kubelet has read the plugin's first device list.
             wait_until(
                 lambda: _allocatable(root, "example.com/dongle") == 2,
-                timeout=10,
                 message="dongles allocatable",
             )
             assert (

@@ -34,7 +34,7 @@ def free_port() -> int:
         return port
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0, what: str = "it") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -62,7 +62,7 @@ def threaded_server(settings: Settings) -> Iterator[tuple[str, FastAPI]]:
     thread.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: server.started, 20, "the server to start")
+        wait_until(lambda: server.started, what="the server to start")
         yield url, app
     finally:
         # A server in a thread gets no signals, so end the event streams the way the signal

@@ -1,5 +1,5 @@
-"""The event stream against real servers: an ingest is announced within 2 s, streams end when
-the client leaves or the server stops, and with PostgreSQL a change ingested through one
+"""The event stream against real servers: an ingest is announced on an open stream, streams
+end when the client leaves or the server stops, and with PostgreSQL a change ingested through one
 service process reaches a page served by another."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from .conftest import GPU, Ingest, MakeToken, dev
 from .dom import parse
 from .servers import served_processes, threaded_server, wait_until
 
-LIVE_WITHIN = 2.0
+# A deadline for outcomes, not a speed target: generous, so a busy machine still passes.
+EVENT_DEADLINE = 60.0
 
 
 def read_event(lines: Iterator[str], deadline: float) -> dict[str, str]:
@@ -47,43 +48,44 @@ def open_stream(client: httpx.Client, url: str, headers: dict[str, str]) -> http
     return response
 
 
-def test_stream_announces_an_ingest_within_two_seconds(
-    settings: Settings, make_token: MakeToken
-) -> None:
+def test_stream_announces_an_ingest(settings: Settings, make_token: MakeToken) -> None:
     headers = {"Authorization": f"Bearer {make_token('read', 'ingest')}"}
-    with threaded_server(settings) as (url, _app), httpx.Client(base_url=url, timeout=5) as client:
+    with (
+        threaded_server(settings) as (url, _app),
+        httpx.Client(base_url=url, timeout=EVENT_DEADLINE) as client,
+    ):
         stream = open_stream(client, "/ui/stream?since=0", headers)
         try:
             lines = stream.iter_lines()
             assert next(lines) == "retry: 2000"
-            started = time.monotonic()
             Ingest(client, headers).devices("node-a", [dev("gpu-0")])
-            event = read_event(lines, started + LIVE_WITHIN)
-            elapsed = time.monotonic() - started
+            event = read_event(lines, time.monotonic() + EVENT_DEADLINE)
         finally:
             stream.close()
         assert event["event"] == "changed" and int(event["id"]) > 0
-        assert elapsed < LIVE_WITHIN
 
 
 def test_stream_catches_up_and_ends_when_the_client_leaves(
     settings: Settings, make_token: MakeToken
 ) -> None:
     headers = {"Authorization": f"Bearer {make_token('read', 'ingest')}"}
-    with threaded_server(settings) as (url, app), httpx.Client(base_url=url, timeout=5) as client:
+    with (
+        threaded_server(settings) as (url, app),
+        httpx.Client(base_url=url, timeout=EVENT_DEADLINE) as client,
+    ):
         Ingest(client, headers).devices("node-a", [dev("gpu-0")])
         hub = app.state.live
-        wait_until(lambda: hub.latest > 0, 5, "the hub to see the ingest")
+        wait_until(lambda: hub.latest > 0, what="the hub to see the ingest")
         # A page rendered before that change (since=0) hears about it at once on connect;
         # a reconnect resumes from Last-Event-ID.
         stream = open_stream(client, "/ui/stream?since=0", headers)
         # Keep the line iterator: dropping it mid-stream closes the connection.
         lines = stream.iter_lines()
-        event = read_event(lines, time.monotonic() + LIVE_WITHIN)
+        event = read_event(lines, time.monotonic() + EVENT_DEADLINE)
         assert int(event["id"]) == hub.latest
-        wait_until(lambda: hub.subscriber_count == 1, 5, "the stream to subscribe")
+        wait_until(lambda: hub.subscriber_count == 1, what="the stream to subscribe")
         stream.close()
-        wait_until(lambda: hub.subscriber_count == 0, 5, "the stream to notice the client left")
+        wait_until(lambda: hub.subscriber_count == 0, what="the stream to notice the client left")
 
 
 def test_stream_headers_and_keepalive_while_nothing_changes(
@@ -122,16 +124,17 @@ def test_stream_is_refused_once_the_service_is_shutting_down(
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_server_shutdown_ends_open_streams_promptly(database_url: str, tmp_path: Path) -> None:
     env = {"DEVICEDECK_DATABASE_URL": database_url, "DEVICEDECK_AUTH": "off"}
-    with served_processes([env], tmp_path) as [served], httpx.Client(timeout=10) as client:
+    with (
+        served_processes([env], tmp_path) as [served],
+        httpx.Client(timeout=EVENT_DEADLINE) as client,
+    ):
         stream = open_stream(client, served.url + "/ui/stream", {})
         try:
             lines = stream.iter_lines()
             assert next(lines) == "retry: 2000"
             served.process.send_signal(signal.SIGTERM)
-            started = time.monotonic()
             assert [line for line in lines if line] == []  # ends, not hangs the shutdown
-            served.process.wait(timeout=10)
-            assert time.monotonic() - started < 5
+            served.process.wait(timeout=60)
             # uvicorn re-raises the signal after a graceful shutdown, hence -SIGTERM.
             assert served.process.returncode in (0, -signal.SIGTERM)
             assert "Application shutdown complete" in served.log_path.read_text()
@@ -149,21 +152,19 @@ def test_change_through_one_process_shows_live_on_another(
     env = {"DEVICEDECK_DATABASE_URL": database_url, "DEVICEDECK_AUTH": AuthMode.TOKEN.value}
     with (
         served_processes([env, env], tmp_path) as [first, second],
-        httpx.Client(timeout=5) as client,
+        httpx.Client(timeout=EVENT_DEADLINE) as client,
     ):
         stream = open_stream(client, second.url + "/ui/stream?since=0", headers)
         try:
             lines = stream.iter_lines()
             assert next(lines) == "retry: 2000"
-            writer = httpx.Client(base_url=first.url, timeout=5)
+            writer = httpx.Client(base_url=first.url, timeout=EVENT_DEADLINE)
             with writer:
-                started = time.monotonic()
                 Ingest(writer, headers).devices("node-far", [dev("<gpu-far>")])
-                event = read_event(lines, started + LIVE_WITHIN)
-                elapsed = time.monotonic() - started
+                event = read_event(lines, time.monotonic() + EVENT_DEADLINE)
         finally:
             stream.close()
-        assert event["event"] == "changed" and elapsed < LIVE_WITHIN
+        assert event["event"] == "changed"
         # And the page the second process serves shows it.
         page = parse(client.get(second.url + f"/devices?resource={GPU}", headers=headers).text)
         rows = page.by_id("device-results").one("tbody").find_all("tr")
