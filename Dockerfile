@@ -1,41 +1,39 @@
-# syntax=docker/dockerfile:1
 # Devicedeck: the service, the node agent and the simulators, in one image.
 #   docker build -t devicedeck:local .
 #   docker run --rm -p 8000:8000 -e DEVICEDECK_AUTH=off devicedeck:local
+#
+# Both stages start from the same Python image, pinned by the digest of its multi-architecture
+# index as well as by tag: a tag can be moved to other contents, a digest cannot.
 
-# Stage 1: the dashboard's front-end packages, exactly as pinned by package-lock.json.
-FROM node:22-slim AS frontend
-WORKDIR /src
-COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund --loglevel=error
-
-# Stage 2: a virtualenv with the dependencies and the devicedeck command.
-FROM python:3.11-slim AS build
+# Stage 1: the wheel, and a virtualenv holding the locked dependencies and that wheel.
+FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-RUN python -m venv /opt/venv
-WORKDIR /app
-# Dependencies first, from pyproject.toml alone, so a code change does not reinstall them.
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
- && /opt/venv/bin/pip install -r /tmp/requirements.txt
-COPY README.md ./
+WORKDIR /src
+# Dependencies first, from the lock files alone, so a code change does not reinstall them.
+# --require-hashes: every file pip installs must match a hash in the lock.
+COPY requirements ./requirements
+RUN python -m venv /opt/build \
+ && /opt/build/bin/pip install --require-hashes -r requirements/build.txt \
+ && python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --require-hashes -r requirements/runtime.txt
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY app ./app
-# Editable: the code stays in /app next to migrations/, templates/ and static/, where it
-# looks for them; the final stage keeps the same paths.
-RUN /opt/venv/bin/pip install --no-deps -e .
-# static/vendor: the files app.ui.assets picks out of node_modules.
-COPY --from=frontend /src/node_modules ./node_modules
-RUN /opt/venv/bin/python -m app.ui.assets
+COPY migrations ./migrations
+COPY templates ./templates
+COPY static ./static
+# The wheel carries migrations/, templates/ and static/ (vendored scripts included). Installed
+# with --no-index, so a dependency missing from the lock fails the build.
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist . \
+ && /opt/venv/bin/pip install --no-index /dist/devicedeck-*.whl
 
-# Stage 3: what runs. No compiler, no node, no pip cache.
-FROM python:3.11-slim
+# Stage 2: what runs. No source tree, no build tools, no pip cache.
+FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 LABEL org.opencontainers.image.title="devicedeck" \
       org.opencontainers.image.description="Kubernetes device inventory, health history and assignments" \
       org.opencontainers.image.licenses="Apache-2.0"
 # SQLite in the user's own directory, so a bare `docker run` works; compose and Kubernetes
 # point DEVICEDECK_DATABASE_URL at PostgreSQL.
 ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONPATH=/app \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     DEVICEDECK_DATABASE_URL=sqlite:////var/lib/devicedeck/devicedeck.db
@@ -45,15 +43,9 @@ RUN groupadd --system --gid 10001 devicedeck \
  && useradd --system --uid 10001 --gid devicedeck --home-dir /var/lib/devicedeck --shell /usr/sbin/nologin devicedeck \
  && mkdir -p /var/lib/devicedeck/tokens /var/lib/kubelet \
  && chown -R devicedeck:devicedeck /var/lib/devicedeck /var/lib/kubelet
-WORKDIR /app
 COPY --from=build /opt/venv /opt/venv
-COPY --from=build /app/pyproject.toml ./
-COPY --from=build /app/app ./app
-COPY migrations ./migrations
-COPY templates ./templates
-COPY static ./static
-COPY --from=build /app/static/vendor ./static/vendor
 USER devicedeck:devicedeck
+WORKDIR /var/lib/devicedeck
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/livez', timeout=4)"]

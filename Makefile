@@ -2,29 +2,46 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
+# Where `make run` and `make serve` listen: `make run PORT=8080 HOST=0.0.0.0`.
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# The service and its runtime dependencies only; enough for `make run`.
+RUNTIME_STAMP := $(VENV)/.runtime
+# Also the test, lint and lock tools, for `make test`.
 PY_STAMP := $(VENV)/.installed
 JS_STAMP := node_modules/.installed
+UV_COMPILE := $(BIN)/uv pip compile --quiet --generate-hashes --universal --python-version 3.11 \
+	--custom-compile-command "make lock"
 
-.PHONY: run serve test lint typecheck pytest protos assets clean
+.PHONY: run serve test lint typecheck pytest protos assets lock clean
 
-$(PY_STAMP): pyproject.toml
+$(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+# Every package comes from the lock files, hash-checked; the project itself is an editable
+# install built with the locked setuptools.
+$(RUNTIME_STAMP): requirements/build.txt requirements/runtime.txt pyproject.toml setup.py | $(BIN)/python
+	$(PIP) --require-hashes -r requirements/build.txt -r requirements/runtime.txt
+	$(PIP) --no-deps --no-build-isolation -e .
 	touch $@
 
+$(PY_STAMP): requirements/dev.txt $(RUNTIME_STAMP)
+	$(PIP) --require-hashes -r requirements/dev.txt
+	touch $@
+
+# npm ci puts the tarballs package-lock.json pins, integrity-checked, in npm's cache, where the
+# test of the committed static/vendor/ files reads them.
 $(JS_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-assets: $(JS_STAMP)
-	$(BIN)/python -m app.ui.assets
+run: $(RUNTIME_STAMP)
+	$(BIN)/devicedeck demo --host $(HOST) --port $(PORT)
 
-run: $(PY_STAMP) assets
-	$(BIN)/devicedeck demo
-
-serve: $(PY_STAMP) assets
-	DEVICEDECK_AUTH=off $(BIN)/devicedeck serve
+serve: $(RUNTIME_STAMP)
+	DEVICEDECK_AUTH=off $(BIN)/devicedeck serve --host $(HOST) --port $(PORT)
 
 lint: $(PY_STAMP)
 	$(BIN)/ruff check .
@@ -33,7 +50,7 @@ lint: $(PY_STAMP)
 typecheck: $(PY_STAMP)
 	$(BIN)/mypy
 
-pytest: $(PY_STAMP) assets
+pytest: $(PY_STAMP) $(JS_STAMP)
 	DEVICEDECK_REQUIRE_POSTGRES=1 $(BIN)/pytest -p no:cacheprovider
 
 test: lint typecheck pytest
@@ -41,5 +58,16 @@ test: lint typecheck pytest
 protos: $(PY_STAMP)
 	$(BIN)/python -m app.kubelet.generate
 
+# Rewrites static/vendor/ from the npm packages package-lock.json pins (after a change there).
+assets: $(RUNTIME_STAMP)
+	$(BIN)/python -m app.ui.assets
+
+# Re-resolves the lock files from pyproject.toml (after a change to its dependencies).
+lock: $(PY_STAMP)
+	$(UV_COMPILE) pyproject.toml -o requirements/runtime.txt
+	$(UV_COMPILE) pyproject.toml --extra dev -c requirements/runtime.txt -o requirements/dev.txt
+	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
+		| $(UV_COMPILE) - -o requirements/build.txt
+
 clean:
-	rm -rf $(VENV) node_modules static/vendor
+	rm -rf $(VENV) node_modules build dist *.egg-info

@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from app import __version__
+
 COMMAND_MODULES = (
     "app.commands",
     "app.sim.plugin_cli",
@@ -25,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="devicedeck",
         description="Devicedeck: Kubernetes device inventory, health history and assignments.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+from app.resources import resource_dir
+
+MIGRATIONS_DIR = resource_dir("migrations")
 
 
 def alembic_config(database_url: str) -> Config:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-
-log = logging.getLogger(__name__)
 
 
 def install_ui(app: FastAPI) -> None:
     """Pages, the event stream, static files, security headers and the live-update task."""
     from app.ui.access import install_access_handlers
-    from app.ui.assets import missing_assets
     from app.ui.cache import PageCache
     from app.ui.error_page import page_error
     from app.ui.live import start_live_updates
@@ -34,6 +29,3 @@ def install_ui(app: FastAPI) -> None:
     install_access_handlers(app)
     app.state.error_page = page_error
     app.state.background_starters.append(start_live_updates)
-    absent = missing_assets()
-    if absent:
-        log.warning("dashboard scripts missing (run `make assets`) files=%s", ",".join(absent))

@@ -16,9 +16,10 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "templates"
-STATIC = ROOT / "static"
+from app.resources import resource_dir
+
+TEMPLATES = resource_dir("templates")
+STATIC = resource_dir("static")
 
 NOTHING = "\u2013"  # an en dash stands for "no value"
 HEALTH_ICONS = {"Healthy": "✓", "Unhealthy": "✕", "Unknown": "?"}

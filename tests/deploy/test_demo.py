@@ -15,7 +15,7 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,15 +202,21 @@ def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
     return {"node": cluster_node, "detail": detail, "dra": dra}
 
 
-def run_demo_until_data(data_dir: Path, log: Path, exercise: bool = False) -> Run:
+def run_demo_until_data(
+    data_dir: Path,
+    log: Path,
+    exercise: bool = False,
+    program: Sequence[str] = (sys.executable, "-m", "app.cli"),
+    cwd: Path = REPO,
+) -> Run:
     """Start the demo, wait for nodes with devices and pods, Ctrl-C it, wait for the end."""
     port = free_port()
-    command = [sys.executable, "-m", "app.cli", "demo", "--port", str(port)]
+    command = [*program, "demo", "--port", str(port)]
     command += ["--data-dir", str(data_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
     with (
         log.open("w") as out,
-        subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env) as demo,
+        subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env) as demo,
     ):
         try:
             wait_for_dashboard(demo, log, f"http://127.0.0.1:{port}", STARTUP_TIMEOUT)
