@@ -63,7 +63,7 @@ def test_the_node_registers_and_its_status_follows_device_health(
 ) -> None:
     joined()
     plugin = start_plugin(GPU, 4)
-    wait_until(lambda: resources(api, "capacity") == {GPU: "4"}, timeout=20)
+    wait_until(lambda: resources(api, "capacity") == {GPU: "4"})
     assert node(api)["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
     assert resources(api, "allocatable") == {GPU: "4"}
     ready = next(c for c in node(api)["status"]["conditions"] if c["type"] == "Ready")
@@ -71,10 +71,10 @@ def test_the_node_registers_and_its_status_follows_device_health(
 
     # An unhealthy device lowers allocatable, not capacity.
     plugin.set_health("d1", "Unhealthy")
-    wait_until(lambda: resources(api, "allocatable") == {GPU: "3"}, timeout=20)
+    wait_until(lambda: resources(api, "allocatable") == {GPU: "3"})
     assert resources(api, "capacity") == {GPU: "4"}
     plugin.set_health("d1", "Healthy")
-    wait_until(lambda: resources(api, "allocatable") == {GPU: "4"}, timeout=20)
+    wait_until(lambda: resources(api, "allocatable") == {GPU: "4"})
 
 
 def test_a_resource_whose_plugin_is_gone_drops_to_zero_after_the_grace_period(
@@ -84,9 +84,9 @@ def test_a_resource_whose_plugin_is_gone_drops_to_zero_after_the_grace_period(
 ) -> None:
     joined(grace_seconds=0.5)
     plugin = start_plugin(GPU, 2)
-    wait_until(lambda: resources(api, "capacity") == {GPU: "2"}, timeout=20)
+    wait_until(lambda: resources(api, "capacity") == {GPU: "2"})
     plugin.stop(grace=0)
-    wait_until(lambda: resources(api, "capacity") == {GPU: "0"}, timeout=20)
+    wait_until(lambda: resources(api, "capacity") == {GPU: "0"})
     assert resources(api, "allocatable") == {GPU: "0"}
 
 
@@ -97,7 +97,7 @@ def test_hand_advertised_resources_are_kept_and_copied_into_allocatable(
 ) -> None:
     joined(status_update_seconds=0.5)
     start_plugin(GPU, 2)
-    wait_until(lambda: resources(api, "capacity") == {GPU: "2"}, timeout=20)
+    wait_until(lambda: resources(api, "capacity") == {GPU: "2"})
     # The documented procedure: a JSON Patch of the node's status.
     api.store.update(
         NODES,
@@ -107,7 +107,7 @@ def test_hand_advertised_resources_are_kept_and_copied_into_allocatable(
         subresource="status",
         content_type="application/json-patch+json",
     )
-    wait_until(lambda: resources(api, "allocatable").get(DONGLE) == "4", timeout=20)
+    wait_until(lambda: resources(api, "allocatable").get(DONGLE) == "4")
     assert resources(api, "capacity") == {GPU: "2", DONGLE: "4"}
     # Removed from capacity: allocatable follows on the next update.
     api.store.update(
@@ -118,7 +118,7 @@ def test_hand_advertised_resources_are_kept_and_copied_into_allocatable(
         subresource="status",
         content_type="application/json-patch+json",
     )
-    wait_until(lambda: DONGLE not in resources(api, "allocatable"), timeout=20)
+    wait_until(lambda: DONGLE not in resources(api, "allocatable"))
     assert resources(api, "capacity") == {GPU: "2"}
 
 
@@ -172,6 +172,6 @@ def test_pod_objects_of_pods_that_went_while_it_was_down_are_deleted(
             "spec": {"nodeName": NODE, "containers": [{"name": "main"}]},
         },
     )
-    wait_until(lambda: "ml/gone" not in pods(api), timeout=20)
+    wait_until(lambda: "ml/gone" not in pods(api))
     assert set(pods(api)) == {"ml/kept", "ml/someone-elses"}
     assert pods(api)["ml/kept"]["status"]["phase"] == "Running"

@@ -95,7 +95,10 @@ def test_stream_headers_and_keepalive_while_nothing_changes(
     something now and then (every 15 s in service; shortened here), so it is not cut."""
     monkeypatch.setattr(fastapi.routing, "_PING_INTERVAL", 0.3)
     headers = {"Authorization": f"Bearer {make_token('read')}"}
-    with threaded_server(settings) as (url, _app), httpx.Client(base_url=url, timeout=5) as client:
+    with (
+        threaded_server(settings) as (url, _app),
+        httpx.Client(base_url=url, timeout=EVENT_DEADLINE) as client,
+    ):
         stream = open_stream(client, "/ui/stream?since=0", headers)
         try:
             assert stream.headers["cache-control"] == "no-cache"
@@ -113,9 +116,12 @@ def test_stream_is_refused_once_the_service_is_shutting_down(
     settings: Settings, make_token: MakeToken
 ) -> None:
     headers = {"Authorization": f"Bearer {make_token('read')}"}
-    with threaded_server(settings) as (url, app), httpx.Client(base_url=url, timeout=5) as client:
+    with (
+        threaded_server(settings) as (url, app),
+        httpx.Client(base_url=url, timeout=EVENT_DEADLINE) as client,
+    ):
         app.state.live.close_threadsafe()
-        wait_until(lambda: app.state.live.closed.is_set(), 5, "the hub to close")
+        wait_until(lambda: app.state.live.closed.is_set(), what="the hub to close")
         answer = client.get("/ui/stream", headers=headers)
         assert answer.status_code == 503
         assert answer.headers["retry-after"] == "2"
