@@ -311,6 +311,8 @@ CHECKS: dict[str, Callable[[Ran, Demo], None]] = {
 NOT_RUNNABLE: dict[str, str] = {
     "make run": "starts the demo, which this test starts first as `.venv/bin/devicedeck demo`, "
     "with a port the OS chose (`make test`, beside it, runs this suite)",
+    "pip install .": "installs the package; tests/deploy/test_packaging.py installs the wheel in "
+    "a fresh virtualenv and runs these commands from another directory",
     "docker compose": "needs Docker",
     "docker build": "needs Docker and a registry",
     "kubectl apply -f deploy/kubernetes": "needs a real cluster",
