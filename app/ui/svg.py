@@ -92,8 +92,27 @@ def resource_chart(
     x_ticks = []
     for fraction in (0, 0.25, 0.5, 0.75, 1):
         index = round(fraction * count)
-        label = "now" if fraction == 1 else _time_label(moments[index], span)
-        x_ticks.append({"x": frame.x(fraction), "label": label, "anchor": _anchor(fraction)})
+        now = fraction == 1
+        x_ticks.append(
+            {
+                "x": frame.x(fraction),
+                "label": "now" if now else _time_label(moments[index], span),
+                # The script writes the label again in the zone the reader chose.
+                "time": None if now else moments[index].isoformat(),
+                "anchor": _anchor(fraction),
+            }
+        )
+    # One hover column per sample, each with the values at that time as its tooltip.
+    step = frame.plot_width / count
+    samples = [
+        {
+            "x": round(max(LEFT, x - step / 2), 2),
+            "width": round(step, 2),
+            "time": moments[index].isoformat(),
+            "values": {name: values[index] for name, values in series.items()},
+        }
+        for index, x in enumerate(xs)
+    ]
     last = {name: values[-1] for name, values in series.items()}
     first = {name: values[0] for name, values in series.items()}
     return {
@@ -109,6 +128,10 @@ def resource_chart(
         "allocated_area": area,
         "y_ticks": y_ticks,
         "x_ticks": x_ticks,
+        "tick_style": "day" if span > timedelta(days=2) else "clock",
+        "samples": samples,
+        "plot_top": TOP,
+        "plot_height": frame.plot_height,
         "first": first,
         "last": last,
         "peak_allocated": max(series["allocated"] or [0]),

@@ -1,5 +1,5 @@
-// Devicedeck dashboard behaviour that HTML alone cannot give: relative times in the reader's
-// time zone, the live-connection indicator, a brief mark on events that just arrived, and "/"
+// Devicedeck dashboard behaviour that HTML alone cannot give: times in UTC or the reader's
+// time zone (a switch remembered per browser), the live-connection indicator, a brief mark on events that just arrived, and "/"
 // to jump to the search box. Loaded as a file (the CSP allows no inline script).
 (function () {
   "use strict";
@@ -13,9 +13,51 @@
   var relative = typeof Intl !== "undefined" && Intl.RelativeTimeFormat
     ? new Intl.RelativeTimeFormat(undefined, { numeric: "auto", style: "short" })
     : null;
-  var absolute = typeof Intl !== "undefined"
-    ? new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" })
-    : null;
+  // Times are shown in UTC or in the browser's zone, as the reader chose; the choice is kept in
+  // this browser. The server writes UTC, which is what a reader without the script sees.
+  var ZONE_KEY = "devicedeck.zone";
+
+  function storedZone() {
+    try {
+      return window.localStorage.getItem(ZONE_KEY) === "local" ? "local" : "utc";
+    } catch (e) {
+      return "utc";
+    }
+  }
+
+  var zone = storedZone();
+  var formats = {};
+
+  function formatter(style) {
+    var key = style + "/" + zone;
+    if (!formats[key]) {
+      var options = { timeZone: zone === "utc" ? "UTC" : undefined, hourCycle: "h23" };
+      if (style === "clock") {
+        options.hour = "2-digit";
+        options.minute = "2-digit";
+      } else if (style === "day") {
+        options.weekday = "short";
+        options.day = "2-digit";
+      } else {
+        options.year = "numeric";
+        options.month = "2-digit";
+        options.day = "2-digit";
+        options.hour = "2-digit";
+        options.minute = "2-digit";
+        options.second = "2-digit";
+        options.timeZoneName = "short";
+      }
+      formats[key] = new Intl.DateTimeFormat(undefined, options);
+    }
+    return formats[key];
+  }
+
+  function zoneName() {
+    if (zone === "utc") {
+      return "UTC";
+    }
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+  }
 
   function describe(date, now) {
     var seconds = Math.round((date.getTime() - now) / 1000);
@@ -34,18 +76,58 @@
 
   function formatTimes(root) {
     var now = Date.now();
-    var nodes = (root || document).querySelectorAll("time[data-relative]");
+    var scope = root || document;
+    var full = formatter("full");
+    var nodes = scope.querySelectorAll("time[data-relative], time[data-absolute]");
     for (var i = 0; i < nodes.length; i++) {
       var node = nodes[i];
       var date = new Date(node.getAttribute("datetime"));
       if (isNaN(date.getTime())) {
         continue;
       }
-      node.textContent = describe(date, now);
-      if (absolute) {
-        node.title = absolute.format(date);
+      if (node.hasAttribute("data-absolute")) {
+        node.textContent = full.format(date);
+        node.title = describe(date, now);
+      } else {
+        node.textContent = describe(date, now);
+        node.title = full.format(date);
       }
     }
+    // Chart axes and tooltips: data-time holds the moment, data-suffix what follows it.
+    var marked = scope.querySelectorAll("[data-time]");
+    for (var j = 0; j < marked.length; j++) {
+      var element = marked[j];
+      var moment = new Date(element.getAttribute("data-time"));
+      if (isNaN(moment.getTime())) {
+        continue;
+      }
+      var style = element.getAttribute("data-time-style") || "full";
+      element.textContent = formatter(style).format(moment) + (element.getAttribute("data-suffix") || "");
+    }
+    var labels = scope.querySelectorAll("[data-zone-label]");
+    for (var k = 0; k < labels.length; k++) {
+      labels[k].textContent = "Times in " + zoneName();
+    }
+    var button = document.getElementById("zone-switch");
+    if (button) {
+      button.setAttribute("aria-pressed", zone === "local" ? "true" : "false");
+      var name = button.querySelector(".zone-name");
+      if (name) {
+        name.textContent = zone === "utc" ? "UTC" : "local";
+      }
+      button.title = "Times are in " + zoneName() + "; switch to " +
+        (zone === "utc" ? "this browser's time zone" : "UTC") + " (remembered in this browser)";
+    }
+  }
+
+  function switchZone() {
+    zone = zone === "utc" ? "local" : "utc";
+    try {
+      window.localStorage.setItem(ZONE_KEY, zone);
+    } catch (e) {
+      // A browser that refuses storage (some private windows) still switches this page.
+    }
+    formatTimes(document);
   }
 
   // Events newer than any on the page when it loaded get a short highlight when they arrive.
@@ -94,6 +176,10 @@
     newestSeen = newestIn(document);
     formatTimes(document);
     window.setInterval(function () { formatTimes(document); }, 15000);
+    var zoneButton = document.getElementById("zone-switch");
+    if (zoneButton) {
+      zoneButton.addEventListener("click", switchZone);
+    }
 
     document.body.addEventListener("htmx:sseOpen", function () { setLive("open", "Live"); });
     document.body.addEventListener("htmx:sseError", function () { setLive("error", "Reconnecting…"); });

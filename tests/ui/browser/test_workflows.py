@@ -35,6 +35,7 @@ def run_in_browser(
     session_factory: sessionmaker[Session],
     steps: Steps,
     viewport: tuple[int, int] = (1280, 800),
+    timezone: str = "UTC",
 ) -> Browser:
     """Seeds the demo cluster, serves it, and runs `steps` in a fresh Chromium page."""
     seed_cluster(session_factory, utcnow(), nodes=4)
@@ -47,7 +48,7 @@ def run_in_browser(
             )
             try:
                 context = await chromium.new_context(
-                    viewport={"width": viewport[0], "height": viewport[1]}
+                    viewport={"width": viewport[0], "height": viewport[1]}, timezone_id=timezone
                 )
                 page = await context.new_page()
                 seen = Browser(page)
@@ -143,3 +144,41 @@ def test_operator_narrows_events_to_an_incident_and_exports_them(
 
     seen = run_in_browser(database_url, session_factory, steps)
     assert seen.problems == []
+
+
+def test_times_switch_between_utc_and_the_browsers_zone_and_stay_switched(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    async def steps(page: Page, base: str) -> None:
+        await page.goto(base + "/events?kind=health_changed")
+        first = page.locator("#event-results tbody tr time").first
+        await expect(first).to_contain_text("UTC")
+        await expect(page.locator("#zone-switch")).to_contain_text("UTC")
+        await page.locator("#zone-switch").click()
+        await expect(first).to_contain_text(re.compile(r"GMT\+5:30|IST"))
+        await expect(page.locator("#zone-switch")).to_have_attribute("aria-pressed", "true")
+        # Remembered: the overview's charts follow the choice and name the zone.
+        await page.goto(base + "/")
+        kolkata = re.compile(r"Times in Asia/(Kolkata|Calcutta)")  # the zone's two names
+        await expect(page.locator("[data-zone-label]")).to_have_text(kolkata)
+        tick = page.locator(".chart text[data-time]").first
+        iso = await tick.get_attribute("data-time")
+        assert iso is not None
+        await expect(tick).to_have_text(await local_clock(page, iso))
+        tooltip = page.locator(".chart rect.hover title").first
+        await expect(tooltip).to_contain_text(re.compile(r"GMT\+5:30|IST"))
+        await page.locator("#zone-switch").click()
+        await expect(page.locator("[data-zone-label]")).to_have_text("Times in UTC")
+
+    seen = run_in_browser(database_url, session_factory, steps, timezone="Asia/Kolkata")
+    assert seen.problems == []
+
+
+async def local_clock(page: Page, iso: str) -> str:
+    """HH:MM of a moment in the page's zone, as the browser writes it."""
+    text: str = await page.evaluate(
+        "(iso) => new Intl.DateTimeFormat(undefined, {hour: '2-digit', minute: '2-digit',"
+        " hourCycle: 'h23'}).format(new Date(iso))",
+        iso,
+    )
+    return text

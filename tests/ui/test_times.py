@@ -1,0 +1,31 @@
+"""Every time on the pages is a <time datetime> with its date and time in UTC (the script
+rewrites it in the zone the reader chose); incident tables show it, feeds put it on hover."""
+
+from __future__ import annotations
+
+import re
+
+from .conftest import GPU, Ingest, Pages, dev, held, typical_cluster
+
+UTC_TEXT = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC")
+
+
+def test_times_carry_date_time_and_zone(pages: Pages, ingest: Ingest) -> None:
+    typical_cluster(ingest)
+    ingest.pods("node-a", [held("ml", "trainer-0", "main", GPU, "gpu-0")])
+    ingest.devices("node-a", [dev("gpu-0", "Unhealthy")])
+    listed = pages.dom("/devices?q=gpu-0&node=node-a").find_all("a")
+    [gpu] = [a for a in listed if a.text == "gpu-0"]
+    for path in ("/", "/events", "/nodes/node-a", gpu.attrs["href"], "/pods/ml/trainer-0"):
+        times = pages.dom(path).find_all("time")
+        assert times, path
+        for element in times:
+            assert element.attrs["datetime"], path
+            assert UTC_TEXT.fullmatch(element.attrs["title"]), (path, element.attrs)
+            assert UTC_TEXT.fullmatch(element.text), (path, element.text)
+    events = pages.dom("/events").by_id("event-results").one("table")
+    assert all("data-absolute" in t.attrs for t in events.find_all("time"))
+    holds = pages.dom("/pods/ml/trainer-0").by_id("pod-holds").one("table")
+    assert all("data-absolute" in t.attrs for t in holds.find_all("time"))
+    switch = pages.dom("/").by_id("zone-switch")
+    assert switch.attrs["aria-pressed"] == "false" and "UTC" in switch.clean_text
