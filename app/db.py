@@ -30,10 +30,6 @@ _sqlite_writer_locks: weakref.WeakKeyDictionary[Engine, threading.RLock] = (
 )
 
 
-def is_sqlite(engine: Engine) -> bool:
-    return engine.dialect.name == "sqlite"
-
-
 def is_postgresql(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
 

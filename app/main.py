@@ -24,6 +24,7 @@ from app.metrics import ServiceMetrics
 from app.ui import install_ui
 from app.web.errors import install_error_handlers
 from app.web.limits import BodyLimitMiddleware, reject_nul_parameters
+from app.web.state import ServiceState, service_state
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +39,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = service_state(app)
         engine = create_db_engine(settings.database_url)
-        app.state.engine = engine
-        app.state.session_factory = make_session_factory(engine)
+        state.engine = engine
+        state.session_factory = make_session_factory(engine)
         event_loop_database = create_event_loop_database(settings.database_url)
-        app.state.event_loop_database = event_loop_database
+        state.event_loop_database = event_loop_database
         if event_loop_database is not None:
             await event_loop_database.open()
-        app.state.ingest = SnapshotIngest(
-            app.state.session_factory,
+        state.ingest = SnapshotIngest(
+            state.session_factory,
             event_loop_database,
             max_devices=settings.max_devices_per_snapshot,
             max_pods=settings.max_pods_per_snapshot,
         )
         metrics = ServiceMetrics()
         metrics.watch_inventory(
-            app.state.session_factory,
+            state.session_factory,
             lambda session: devices_by_resource_and_health(session, clock_of(settings)),
         )
-        app.state.metrics = metrics
+        state.metrics = metrics
         if settings.auth is AuthMode.OFF:
             log.warning(
                 "AUTHENTICATION IS OFF: anyone who can reach this service can read and change "
@@ -78,8 +80,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         dependencies=[Depends(reject_nul_parameters)],
     )
-    app.state.settings = settings
-    app.state.token_cache = TokenCache(ttl=settings.token_cache_seconds)
+    app.state = state = ServiceState()
+    state.settings = settings
+    state.token_cache = TokenCache(ttl=settings.token_cache_seconds)
+    state.error_page = None
+    state.kube_api = None
+    state.kube_problem = None
     # Other parts (dashboard live updates, cluster watcher) add (app, tasks) -> None starters.
     app.state.background_starters = []
     install_error_handlers(app)

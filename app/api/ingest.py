@@ -13,8 +13,8 @@ from app.api.models import NOT_JSON, ErrorOut
 from app.inventory.errors import DomainError
 from app.inventory.ingest import IngestResult, SnapshotIngest
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
-from app.metrics import ServiceMetrics
 from app.web.principal import Ingester
+from app.web.state import service_state
 
 router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
 
@@ -97,10 +97,11 @@ async def _ingest(
     apply: Callable[[SnapshotIngest], Awaitable[IngestResult]],
 ) -> Response:
     """Metrics around the domain's ingest; everything else is decided there."""
-    metrics: ServiceMetrics = request.app.state.metrics
+    state = service_state(request.app)
+    metrics = state.metrics
     started = time.perf_counter()
     try:
-        result = await apply(request.app.state.ingest)
+        result = await apply(state.ingest)
     except DomainError:
         metrics.ingest_total.labels(kind, "refused").inc()
         raise

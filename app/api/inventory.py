@@ -22,6 +22,7 @@ from app.api.models import (
     PodOut,
     ResourceOut,
 )
+from app.inventory.fields import CURSOR_MAX, NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.inventory.pages import DEFAULT_LIMIT, MAX_KEY, MAX_LIMIT, Page
 from app.inventory.pod_history import get_pod_history
@@ -52,9 +53,9 @@ router = APIRouter(prefix="/api/v1", tags=["inventory"], responses=ERRORS)
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")]
 Cursor = Annotated[
-    str | None, Query(max_length=2048, description="from the `next` URL of the previous page")
+    str | None, Query(max_length=CURSOR_MAX, description="from the `next` URL of the previous page")
 ]
-Text = Annotated[str | None, Query(max_length=253)]
+Text = Annotated[str | None, Query(max_length=NAME_MAX)]
 FormatParam = Annotated[
     Format, Query(description="json (one page), or csv: every matching row, streamed")
 ]
@@ -69,10 +70,12 @@ def nodes(
     session: ReadSession,
     _: Reader,
     clock: QueryClock,
-    q: Annotated[str | None, Query(max_length=253, description="substring of the name")] = None,
+    q: Annotated[
+        str | None, Query(max_length=NAME_MAX, description="substring of the name")
+    ] = None,
     stale: bool | None = None,
     resource: Annotated[
-        str | None, Query(max_length=316, description="only nodes with this resource")
+        str | None, Query(max_length=RESOURCE_MAX, description="only nodes with this resource")
     ] = None,
     sort: Annotated[str, Query(description="name or last_seen; '-' for descending")] = "name",
     cursor: Cursor = None,
@@ -112,14 +115,14 @@ def devices(
     _: Reader,
     clock: QueryClock,
     node: Text = None,
-    resource: Annotated[str | None, Query(max_length=316)] = None,
+    resource: Annotated[str | None, Query(max_length=RESOURCE_MAX)] = None,
     health: Annotated[str | None, Query(description="Healthy, Unhealthy or Unknown")] = None,
     allocated: Annotated[bool | None, Query(description="true: held by a pod; false: not")] = None,
-    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    namespace: Annotated[str | None, Query(max_length=NAMESPACE_MAX)] = None,
     pod: Text = None,
     state: Annotated[str, Query(description="present, removed or any")] = "present",
     q: Annotated[
-        str | None, Query(max_length=253, description="substring of the device ID")
+        str | None, Query(max_length=NAME_MAX, description="substring of the device ID")
     ] = None,
     sort: Annotated[
         str, Query(description="node, resource, device_id, health or id; '-' for descending")
@@ -179,9 +182,11 @@ def pods(
     session: ReadSession,
     _: Reader,
     clock: QueryClock,
-    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    namespace: Annotated[str | None, Query(max_length=NAMESPACE_MAX)] = None,
     node: Text = None,
-    q: Annotated[str | None, Query(max_length=253, description="substring of the pod name")] = None,
+    q: Annotated[
+        str | None, Query(max_length=NAME_MAX, description="substring of the pod name")
+    ] = None,
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
 ) -> dict[str, Any]:
@@ -231,7 +236,7 @@ def events(
     factory: SessionFactory,
     _: Reader,
     node: Text = None,
-    resource: Annotated[str | None, Query(max_length=316)] = None,
+    resource: Annotated[str | None, Query(max_length=RESOURCE_MAX)] = None,
     kind: Annotated[str | None, Query(max_length=32)] = None,
     since: Annotated[
         datetime | None, Query(description="RFC 3339 time with offset; events at or after it")
@@ -241,9 +246,9 @@ def events(
     ] = None,
     device: Annotated[int | None, Query(ge=1, le=MAX_KEY, description="device id")] = None,
     device_id: Annotated[
-        str | None, Query(max_length=253, description="the device ID its plugin reports")
+        str | None, Query(max_length=NAME_MAX, description="the device ID its plugin reports")
     ] = None,
-    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    namespace: Annotated[str | None, Query(max_length=NAMESPACE_MAX)] = None,
     pod: Text = None,
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,

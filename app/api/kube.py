@@ -23,12 +23,14 @@ from app.inventory.cluster_pods import KubePodFilters, list_kube_pods
 from app.inventory.dra_devices import DraFilters, list_dra_devices
 from app.inventory.dra_history import dra_device_details
 from app.inventory.errors import NotFound
+from app.inventory.fields import CURSOR_MAX, NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.pages import DEFAULT_LIMIT, MAX_LIMIT
 from app.kube.extended_admin import change_extended_resource
 from app.kube.status import cluster_status
 from app.kube.watcher import start_cluster_integration
 from app.web.principal import Admin, Reader
 from app.web.sessions import CurrentSettings, ReadSession, SessionFactory
+from app.web.state import service_state
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
@@ -53,12 +55,12 @@ router = APIRouter(prefix="/api/v1", tags=["cluster"], responses=ERRORS)
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")]
 Cursor = Annotated[
-    str | None, Query(max_length=2048, description="from the `next` URL of the previous page")
+    str | None, Query(max_length=CURSOR_MAX, description="from the `next` URL of the previous page")
 ]
-Text = Annotated[str | None, Query(max_length=253)]
-NodeName = Annotated[str, Path(max_length=253, description="the node's name")]
+Text = Annotated[str | None, Query(max_length=NAME_MAX)]
+NodeName = Annotated[str, Path(max_length=NAME_MAX, description="the node's name")]
 ResourceName = Annotated[
-    str, Path(max_length=316, description="extended resource name; keeps its '/'")
+    str, Path(max_length=RESOURCE_MAX, description="extended resource name; keeps its '/'")
 ]
 
 
@@ -70,7 +72,7 @@ ResourceName = Annotated[
 def status(
     request: Request, session: ReadSession, _: Reader, settings: CurrentSettings
 ) -> dict[str, Any]:
-    problem = getattr(request.app.state, "kube_problem", None)
+    problem = service_state(request.app).kube_problem
     return cluster_status(session, settings.kube, problem, utcnow())
 
 
@@ -83,7 +85,7 @@ def pods(
     request: Request,
     session: ReadSession,
     _: Reader,
-    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    namespace: Annotated[str | None, Query(max_length=NAMESPACE_MAX)] = None,
     node: Text = None,
     phase: Annotated[str | None, Query(max_length=32)] = None,
     deleted: Annotated[bool, Query(description="true: pods deleted recently instead")] = False,
@@ -123,9 +125,9 @@ def dra_devices(
 def dra_device(
     session: ReadSession,
     _: Reader,
-    driver: Annotated[str, Path(max_length=253)],
-    pool: Annotated[str, Path(max_length=253, description="may contain '/'")],
-    device: Annotated[str, Path(max_length=253)],
+    driver: Annotated[str, Path(max_length=NAME_MAX)],
+    pool: Annotated[str, Path(max_length=NAME_MAX, description="may contain '/'")],
+    device: Annotated[str, Path(max_length=NAME_MAX)],
 ) -> dict[str, Any]:
     details = dra_device_details(session, driver, pool, device)
     if details is None:
@@ -175,8 +177,8 @@ def _change(
     actor: str,
 ) -> dict[str, Any]:
     return change_extended_resource(
-        getattr(request.app.state, "kube_api", None),
-        getattr(request.app.state, "kube_problem", None),
+        service_state(request.app).kube_api,
+        service_state(request.app).kube_problem,
         factory,
         node=node,
         resource=resource,
@@ -187,7 +189,5 @@ def _change(
 
 def install(app: FastAPI) -> None:
     """Routes and the watcher starter; a KubeError carries its own status (app/web/errors.py)."""
-    app.state.kube_api = None
-    app.state.kube_problem = None
     app.include_router(router)
     app.state.background_starters.append(start_cluster_integration)

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from app.web.sessions import SessionFactory
+from app.web.state import service_state
 
 router = APIRouter(tags=["service"])
 
@@ -41,5 +42,5 @@ def readyz(factory: SessionFactory) -> Response:
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 def metrics(request: Request) -> Response:
-    body, content_type = request.app.state.metrics.render(request.headers.get("accept"))
+    body, content_type = service_state(request.app).metrics.render(request.headers.get("accept"))
     return Response(body, headers={"Content-Type": content_type, "Vary": "Accept"})

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select, tuple_
 from sqlalchemy.orm import Session
 
+from app.clock import iso
 from app.inventory.cluster_models import KubePod
 from app.inventory.dra_pods import pods_dra
 from app.inventory.errors import InvalidInput, Problem
 from app.inventory.models import Allocation, Node
-from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
+from app.inventory.pages import Keyset, Page
 
-SORT = "namespace,name,uid"
+_ORDER = Keyset("namespace,name,uid", [KubePod.namespace, KubePod.name, KubePod.uid])
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,9 @@ class KubePodFilters:
     deleted: bool = False
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
 def list_kube_pods(
     session: Session, filters: KubePodFilters, *, cursor: str | None = None, limit: int = 50
 ) -> Page[dict[str, Any]]:
-    check_limit(limit)
     if filters.phase is not None and len(filters.phase) > 32:
         raise InvalidInput("phase is too long", [Problem("phase", "length", "at most 32")])
     conditions: list[ColumnElement[bool]] = [
@@ -46,20 +41,14 @@ def list_kube_pods(
         conditions.append(KubePod.node == filters.node)
     if filters.phase is not None:
         conditions.append(KubePod.phase == filters.phase)
-    columns: list[Any] = [KubePod.namespace, KubePod.name, KubePod.uid]
-    query = select(KubePod).where(*conditions)
-    if cursor:
-        query = query.where(after_key(columns, decode_cursor(cursor, SORT, 3), False))
-    pods = list(session.scalars(query.order_by(*columns).limit(limit + 1)))
-    more = len(pods) > limit
-    pods = pods[:limit]
+    query = _ORDER.page_query(select(KubePod).where(*conditions), cursor, limit)
+    pods, next_cursor = _ORDER.cut(
+        session.scalars(query).all(), limit, lambda pod: [pod.namespace, pod.name, pod.uid]
+    )
     count = session.scalar(select(func.count()).select_from(KubePod).where(*conditions))
     held = _devices_held(session, pods)
     dra = pods_dra(session, pods)
     items = [pod_summary(pod, held.get(pod.uid, []), dra.get(pod.uid)) for pod in pods]
-    next_cursor = None
-    if more and pods:
-        next_cursor = encode_cursor(SORT, [pods[-1].namespace, pods[-1].name, pods[-1].uid])
     return Page(items=items, next_cursor=next_cursor, count=count)
 
 
@@ -91,7 +80,7 @@ def _devices_held(session: Session, pods: list[KubePod]) -> dict[str, list[dict[
                 "container": allocation.container,
                 "resource": allocation.resource,
                 "device_id": allocation.device_id,
-                "started": _iso(allocation.started),
+                "started": iso(allocation.started),
             }
         )
     return held
@@ -114,8 +103,8 @@ def pod_summary(
         "resource_health": pod.resource_health,
         "devices": devices,
         "dra_devices": dra["dra_devices"],
-        "created_at": _iso(pod.created_at),
-        "first_seen": _iso(pod.first_seen),
-        "updated_at": _iso(pod.updated_at),
-        "deleted_at": _iso(pod.deleted_at),
+        "created_at": iso(pod.created_at),
+        "first_seen": iso(pod.first_seen),
+        "updated_at": iso(pod.updated_at),
+        "deleted_at": iso(pod.deleted_at),
     }

@@ -17,9 +17,11 @@ from app.inventory.cluster_models import DraClaimDevice, DraDevice, DraSlice
 from app.inventory.dra_rules import selector_matches
 from app.inventory.dra_summary import summaries
 from app.inventory.models import Node
-from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
+from app.inventory.pages import Keyset, Page
 
-SORT = "driver,pool,device"
+_ORDER = Keyset(
+    "driver,pool,device", [DraDevice.driver, DraDevice.pool, DraDevice.device, DraDevice.id]
+)
 NODE_DEVICE_LIMIT = 500
 
 
@@ -92,20 +94,12 @@ def _conditions(session: Session, filters: DraFilters) -> list[ColumnElement[boo
 def list_dra_devices(
     session: Session, filters: DraFilters, *, cursor: str | None = None, limit: int = 50
 ) -> Page[dict[str, Any]]:
-    check_limit(limit)
-    columns: list[Any] = [DraDevice.driver, DraDevice.pool, DraDevice.device, DraDevice.id]
     conditions = _conditions(session, filters)
-    query = select(DraDevice).where(*conditions)
-    if cursor:
-        query = query.where(after_key(columns, decode_cursor(cursor, SORT, 4), False))
-    devices = list(session.scalars(query.order_by(*columns).limit(limit + 1)))
-    more = len(devices) > limit
-    devices = devices[:limit]
+    query = _ORDER.page_query(select(DraDevice).where(*conditions), cursor, limit)
+    devices, next_cursor = _ORDER.cut(
+        session.scalars(query).all(), limit, lambda d: [d.driver, d.pool, d.device, d.id]
+    )
     count = session.scalar(select(func.count()).select_from(DraDevice).where(*conditions))
-    next_cursor = None
-    if more and devices:
-        last = devices[-1]
-        next_cursor = encode_cursor(SORT, [last.driver, last.pool, last.device, last.id])
     return Page(items=summaries(session, devices), next_cursor=next_cursor, count=count)
 
 

@@ -6,22 +6,18 @@ replaced whenever the driver republishes its pool, while its health and allocati
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.clock import iso
 from app.inventory.dra_devices import dra_device_by_key
 from app.inventory.dra_summary import health_by_device, summaries
 from app.inventory.models import ClaimAllocation, Event, Node
 
 HISTORY_LIMIT = 500
 HEALTH_EVENT = "dra_health_changed"
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def dra_device_id(driver: str, pool: str, device: str) -> str:
@@ -70,7 +66,7 @@ def dra_device_details(
         "health": health,
         "health_history": [
             {
-                "at": _iso(e.at),
+                "at": iso(e.at),
                 "node": e.node,
                 "health": (e.after or {}).get("health"),
                 "raw_health": (e.after or {}).get("raw_health"),
@@ -89,8 +85,8 @@ def dra_device_details(
                 "container": a.container,
                 "claim": f"{a.claim_namespace}/{a.claim_name}",
                 "share_id": a.share_id,
-                "started": _iso(a.started),
-                "ended": _iso(a.ended),
+                "started": iso(a.started),
+                "ended": iso(a.ended),
             }
             for a, node in allocations
         ],

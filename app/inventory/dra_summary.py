@@ -4,13 +4,13 @@ the admin-access claims watching it, the capacity left, its pool's state and its
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
+from app.clock import iso
 from app.inventory.cluster_models import (
     DraClaim,
     DraClaimDevice,
@@ -26,10 +26,6 @@ NODES_LISTED = 100
 
 Key = tuple[str, str, str]
 PoolKey = tuple[str, str]
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def _claim_ref(result: DraClaimDevice, claim: DraClaim) -> dict[str, Any]:
@@ -138,7 +134,7 @@ def health_by_device(session: Session, keys: list[Key]) -> dict[Key, dict[str, A
             "source": row.health_source,
             "reported_by": row.reported_by,
             "message": row.message,
-            "changed_at": _iso(row.changed_at),
+            "changed_at": iso(row.changed_at),
         }
         for row in rows
     }
@@ -191,7 +187,7 @@ def summaries(session: Session, devices: list[DraDevice]) -> list[dict[str, Any]
                 "claims": holders,
                 "watched_by": watchers,
                 "health": health.get(key),
-                "updated_at": _iso(d.updated_at),
+                "updated_at": iso(d.updated_at),
             }
         )
     return items

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
+from app.clock import iso
 from app.inventory.errors import InvalidInput, Problem
 from app.inventory.events import EVENT_KINDS
 from app.inventory.models import (
@@ -19,20 +20,16 @@ from app.inventory.models import (
     PluginRegistration,
 )
 from app.inventory.node_status import kube_node_details
-from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
+from app.inventory.pages import Keyset, Page
 
 HEALTH_EVENT_KINDS = ("device_added", "health_changed", "device_removed", "device_reappeared")
 HISTORY_LIMIT = 500
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
 def event_summary(event: Event) -> dict[str, Any]:
     return {
         "id": event.id,
-        "at": _iso(event.at),
+        "at": iso(event.at),
         "kind": event.kind,
         "node": event.node,
         "resource": event.resource,
@@ -110,18 +107,17 @@ def _event_conditions(filters: EventFilters) -> list[ColumnElement[bool]]:
     return conditions
 
 
+_NEWEST_FIRST = Keyset("-id", [Event.id], descending=True)
+
+
 def list_events(
     session: Session, filters: EventFilters, *, cursor: str | None = None, limit: int = 50
 ) -> Page[dict[str, Any]]:
     """Events, newest first. The count is left out: the log grows without bound."""
-    check_limit(limit)
-    query = select(Event).where(*_event_conditions(filters))
-    if cursor:
-        query = query.where(after_key([Event.id], decode_cursor(cursor, "-id", 1), True))
-    events = list(session.scalars(query.order_by(Event.id.desc()).limit(limit + 1)))
-    more = len(events) > limit
-    events = events[:limit]
-    next_cursor = encode_cursor("-id", [events[-1].id]) if more and events else None
+    query = _NEWEST_FIRST.page_query(
+        select(Event).where(*_event_conditions(filters)), cursor, limit
+    )
+    events, next_cursor = _NEWEST_FIRST.cut(session.scalars(query).all(), limit, lambda e: [e.id])
     return Page(items=[event_summary(e) for e in events], next_cursor=next_cursor, count=None)
 
 
@@ -145,7 +141,7 @@ def device_history(session: Session, device_pk: int) -> dict[str, Any]:
     return {
         "health_history": [
             {
-                "at": _iso(e.at),
+                "at": iso(e.at),
                 "kind": e.kind,
                 "health": (e.after or {}).get("health"),
                 "raw_health": (e.after or {}).get("raw_health"),
@@ -160,8 +156,8 @@ def device_history(session: Session, device_pk: int) -> dict[str, Any]:
                 "pod": a.pod,
                 "pod_uid": a.pod_uid,
                 "container": a.container,
-                "started": _iso(a.started),
-                "ended": _iso(a.ended),
+                "started": iso(a.started),
+                "ended": iso(a.ended),
             }
             for a in allocations
         ],
@@ -184,8 +180,8 @@ def node_details(session: Session, node: Node) -> dict[str, Any]:
                 "endpoint": p.endpoint,
                 "api_version": p.api_version,
                 "options": p.options,
-                "first_seen": _iso(p.first_seen),
-                "last_seen": _iso(p.last_seen),
+                "first_seen": iso(p.first_seen),
+                "last_seen": iso(p.last_seen),
             }
             for p in plugins
         ],
@@ -194,6 +190,6 @@ def node_details(session: Session, node: Node) -> dict[str, Any]:
         "allocatable": node.allocatable or {},
         "labels": node.labels or {},
         "conditions": node.conditions or [],
-        "kube_synced_at": _iso(node.kube_synced_at),
+        "kube_synced_at": iso(node.kube_synced_at),
         **kube_node_details(session, node),
     }

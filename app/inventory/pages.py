@@ -5,17 +5,18 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, literal, tuple_
+from sqlalchemy import ColumnElement, Select, literal, tuple_
 from sqlalchemy.orm import QueryableAttribute
 
 from app.inventory.errors import InvalidInput, Problem
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -105,3 +106,33 @@ def check_limit(limit: int) -> int:
             [Problem("limit", "range", f"must be between 1 and {MAX_LIMIT}")],
         )
     return limit
+
+
+@dataclass(frozen=True)
+class Keyset:
+    """A page order: its name in cursors, and its key columns, all in one direction. The last
+    column must make the key unique, so no row is skipped or repeated between pages."""
+
+    sort: str
+    columns: Sequence[Column]
+    descending: bool = False
+
+    def page_query(self, query: Select[Any], cursor: str | None, limit: int) -> Select[Any]:
+        """The query from the cursor on, in this order, one row longer than the page: that
+        row only tells whether another page follows."""
+        check_limit(limit)
+        if cursor:
+            values = decode_cursor(cursor, self.sort, len(self.columns))
+            query = query.where(after_key(self.columns, values, self.descending))
+        order = [c.desc() for c in self.columns] if self.descending else self.columns
+        return query.order_by(*order).limit(limit + 1)
+
+    def cut(
+        self, rows: Sequence[R], limit: int, key: Callable[[R], list[Any]]
+    ) -> tuple[list[R], str | None]:
+        """The page's rows, and the cursor of the next page (None on the last one); `key`
+        gives a row's values of the key columns."""
+        if len(rows) <= limit:
+            return list(rows), None
+        page = list(rows[:limit])
+        return page, encode_cursor(self.sort, key(page[-1]))

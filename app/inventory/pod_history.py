@@ -15,12 +15,13 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from app.clock import iso
 from app.inventory.errors import NotFound
 from app.inventory.fields import UNHEALTHY, UNKNOWN
 from app.inventory.history import HEALTH_EVENT_KINDS
 from app.inventory.models import Allocation, ClaimAllocation, Device, Event, Node
 from app.inventory.pods import claim_summary
-from app.inventory.queries import Clock, _iso, effective_health
+from app.inventory.queries import Clock, effective_health
 
 HOLD_LIMIT = 500
 # Health changes read for one pod; a device that flapped more often than this while held is
@@ -151,8 +152,8 @@ def get_pod_history(session: Session, namespace: str, name: str, clock: Clock) -
                 "health": device_health,
                 "numa_nodes": list(numa),
                 "pod_uid": allocation.pod_uid,
-                "started": _iso(allocation.started),
-                "ended": _iso(allocation.ended),
+                "started": iso(allocation.started),
+                "ended": iso(allocation.ended),
                 "health_during": during,
                 "unhealthy_while_held": any(s["health"] == UNHEALTHY for s in during),
             }
@@ -161,7 +162,7 @@ def get_pod_history(session: Session, namespace: str, name: str, clock: Clock) -
         _note(nodes, node_name)
         spans.append((claim.started, claim.ended))
         containers[claim.container]["claims"].append(
-            {**claim_summary(claim), "ended": _iso(claim.ended)}
+            {**claim_summary(claim), "ended": iso(claim.ended)}
         )
     running = any(end is None for _, end in spans)
     ends = [end for _, end in spans if end is not None]
@@ -174,8 +175,8 @@ def get_pod_history(session: Session, namespace: str, name: str, clock: Clock) -
         "node": nodes[0],
         "nodes": nodes,
         "running": running,
-        "started": _iso(min(start for start, _ in spans)),
-        "ended": None if running else _iso(max(ends)),
+        "started": iso(min(start for start, _ in spans)),
+        "ended": None if running else iso(max(ends)),
         "unhealthy_while_held": any(d["unhealthy_while_held"] for d in devices),
         "history_truncated": truncated or len(holds) == HOLD_LIMIT,
         "containers": [{"name": key, **containers[key]} for key in sorted(containers)],

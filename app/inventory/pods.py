@@ -9,9 +9,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, literal, select, tuple_, union
 from sqlalchemy.orm import Session
 
+from app.clock import iso
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
-from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
-from app.inventory.queries import Clock, _iso, effective_health
+from app.inventory.pages import Keyset, Page
+from app.inventory.queries import Clock, effective_health
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,15 @@ def list_pods(
     cursor: str | None = None,
     limit: int = 50,
 ) -> Page[dict[str, Any]]:
-    check_limit(limit)
     pods, conditions = _current_pods(filters)
     columns = [pods.c.namespace, pods.c.pod]
-    query = select(*columns).where(*conditions)
-    if cursor:
-        query = query.where(after_key(columns, decode_cursor(cursor, "pod", 2), False))
-    pairs = [tuple(row) for row in session.execute(query.order_by(*columns).limit(limit + 1))]
-    more = len(pairs) > limit
-    pairs = pairs[:limit]
+    order = Keyset("pod", columns)
+    query = order.page_query(select(*columns).where(*conditions), cursor, limit)
+    pairs, next_cursor = order.cut(
+        [tuple(row) for row in session.execute(query)], limit, lambda pair: list(pair)
+    )
     count = session.scalar(select(func.count()).select_from(pods).where(*conditions))
     items = _pods_with_devices(session, pairs, clock)
-    next_cursor = encode_cursor("pod", list(pairs[-1])) if more and pairs else None
     return Page(items=items, next_cursor=next_cursor, count=count)
 
 
@@ -71,7 +69,7 @@ def claim_summary(claim: ClaimAllocation) -> dict[str, Any]:
         "device": claim.device,
         "share_id": claim.share_id,
         "cdi_devices": list(claim.cdi_devices),
-        "started": _iso(claim.started),
+        "started": iso(claim.started),
     }
 
 
@@ -122,7 +120,7 @@ def _pods_with_devices(
                 "device_id": allocation.device_id,
                 "health": device_health,
                 "numa_nodes": list(numa),
-                "started": _iso(allocation.started),
+                "started": iso(allocation.started),
             }
         )
     for claim, node_name, _ in claim_rows:

@@ -23,12 +23,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from app.clock import iso
 from app.inventory.errors import InvalidInput, NotFound, Problem
-from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
+from app.inventory.fields import HEALTH_VALUES, HEALTHY, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
 from app.inventory.models import Allocation, Device, Node
-from app.inventory.pages import Page, after_key, check_limit, decode_cursor, encode_cursor
+from app.inventory.pages import Keyset, Page
 
-HEALTH_VALUES = (HEALTHY, UNHEALTHY, UNKNOWN)
 STATE_VALUES = (PRESENT, REMOVED, "any")
 
 
@@ -59,10 +59,6 @@ def health_is(health: str, clock: Clock) -> ColumnElement[bool]:
     if health == UNKNOWN:
         return or_(~fresh, Device.health == UNKNOWN)
     return and_(fresh, Device.health == health)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def _like(text: str) -> str:
@@ -151,21 +147,16 @@ def list_devices(
     cursor: str | None = None,
     limit: int = 50,
 ) -> Page[dict[str, Any]]:
-    check_limit(limit)
     key, descending = _sort_spec(sort, DEVICE_SORTS)
     health = effective_health(clock)
     columns = DEVICE_SORTS[key](health)
+    order = Keyset(sort, columns, descending)
     conditions = _device_conditions(filters, clock)
     base = select(Device, Node.name, Node.last_seen).join(Node, Node.id == Device.node_id)
-    page_query = base.where(*conditions)
-    if cursor:
-        page_query = page_query.where(
-            after_key(columns, decode_cursor(cursor, sort, len(columns)), descending)
-        )
-    order = [c.desc() for c in columns] if descending else columns
-    rows = session.execute(page_query.add_columns(*columns).order_by(*order).limit(limit + 1)).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
+    query = order.page_query(base.where(*conditions).add_columns(*columns), cursor, limit)
+    rows, next_cursor = order.cut(
+        session.execute(query).all(), limit, lambda row: [_jsonable(v) for v in row[3:]]
+    )
     count = session.scalar(
         select(func.count())
         .select_from(Device)
@@ -176,10 +167,6 @@ def list_devices(
     items = [
         device_summary(row[0], row[1], row[2], allocations.get(row[0].id), clock) for row in rows
     ]
-    next_cursor = None
-    if more and rows:
-        last = rows[-1]
-        next_cursor = encode_cursor(sort, [_jsonable(v) for v in last[3:]])
     return Page(items=items, next_cursor=next_cursor, count=count)
 
 
@@ -208,7 +195,7 @@ def allocation_summary(allocation: Allocation | None) -> dict[str, Any] | None:
         "pod": allocation.pod,
         "container": allocation.container,
         "pod_uid": allocation.pod_uid,
-        "started": _iso(allocation.started),
+        "started": iso(allocation.started),
     }
 
 
@@ -230,10 +217,10 @@ def device_summary(
         "health_source": "stale" if stale else device.health_source,
         "state": device.state,
         "numa_nodes": list(device.numa_nodes),
-        "first_seen": _iso(device.first_seen),
-        "last_seen": _iso(node_last_seen if device.state == PRESENT else device.last_seen),
-        "removed_at": _iso(device.removed_at),
-        "health_changed_at": _iso(device.health_changed_at),
+        "first_seen": iso(device.first_seen),
+        "last_seen": iso(node_last_seen if device.state == PRESENT else device.last_seen),
+        "removed_at": iso(device.removed_at),
+        "health_changed_at": iso(device.health_changed_at),
         "node_stale": stale,
         "allocation": allocation_summary(allocation),
     }
@@ -350,8 +337,8 @@ def node_summary(
     }
     return {
         "name": node.name,
-        "first_seen": _iso(node.first_seen),
-        "last_seen": _iso(node.last_seen),
+        "first_seen": iso(node.first_seen),
+        "last_seen": iso(node.last_seen),
         "stale": clock.is_stale(node.last_seen),
         "resources": resources,
     }
@@ -366,9 +353,8 @@ def list_nodes(
     cursor: str | None = None,
     limit: int = 50,
 ) -> Page[dict[str, Any]]:
-    check_limit(limit)
     key, descending = _sort_spec(sort, NODE_SORTS)
-    columns = NODE_SORTS[key]()
+    order = Keyset(sort, NODE_SORTS[key](), descending)
     conditions: list[ColumnElement[bool]] = []
     if filters.q:
         conditions.append(Node.name.ilike(_like(filters.q), escape="\\"))
@@ -384,22 +370,14 @@ def list_nodes(
                 Device.state == PRESENT,
             )
         )
-    query = select(Node).where(*conditions)
-    if cursor:
-        query = query.where(
-            after_key(columns, decode_cursor(cursor, sort, len(columns)), descending)
-        )
-    order = [c.desc() for c in columns] if descending else columns
-    nodes = list(session.scalars(query.order_by(*order).limit(limit + 1)))
-    more = len(nodes) > limit
-    nodes = nodes[:limit]
+    query = order.page_query(select(Node).where(*conditions), cursor, limit)
+    nodes, next_cursor = order.cut(
+        session.scalars(query).all(),
+        limit,
+        lambda n: [n.name] if key == "name" else [n.last_seen.isoformat(), n.name],
+    )
     count = session.scalar(select(func.count()).select_from(Node).where(*conditions))
     counts = device_counts(session, clock, [n.id for n in nodes])
-    next_cursor = None
-    if more and nodes:
-        last = nodes[-1]
-        values = [last.name] if key == "name" else [last.last_seen.isoformat(), last.name]
-        next_cursor = encode_cursor(sort, values)
     return Page(
         items=[node_summary(n, counts, clock) for n in nodes], next_cursor=next_cursor, count=count
     )
@@ -419,21 +397,17 @@ def get_node(session: Session, name: str, clock: Clock) -> dict[str, Any]:
 # Resources ---------------------------------------------------------------------------------
 
 
+_BY_RESOURCE = Keyset("resource", [Device.resource])
+
+
 def list_resources(
     session: Session, clock: Clock, *, cursor: str | None = None, limit: int = 50
 ) -> Page[dict[str, Any]]:
     """Per resource name: cluster-wide totals and the per-node breakdown."""
-    check_limit(limit)
-    names_query = (
-        select(Device.resource).where(Device.state == PRESENT).distinct().order_by(Device.resource)
+    names_query = _BY_RESOURCE.page_query(
+        select(Device.resource).where(Device.state == PRESENT).distinct(), cursor, limit
     )
-    if cursor:
-        names_query = names_query.where(
-            after_key([Device.resource], decode_cursor(cursor, "resource", 1), False)
-        )
-    names = list(session.scalars(names_query.limit(limit + 1)))
-    more = len(names) > limit
-    names = names[:limit]
+    names, next_cursor = _BY_RESOURCE.cut(session.scalars(names_query).all(), limit, lambda n: [n])
     count = session.scalar(
         select(func.count(func.distinct(Device.resource))).where(Device.state == PRESENT)
     )
@@ -465,5 +439,4 @@ def list_resources(
         }
         for name in names
     ]
-    next_cursor = encode_cursor("resource", [names[-1]]) if more and names else None
     return Page(items=items, next_cursor=next_cursor, count=count)

@@ -19,6 +19,7 @@ def install_ui(app: FastAPI) -> None:
 
     app.state.ui_templates = build_environment()
     app.state.ui_cache = PageCache()
+    app.state.live = None
     for module in (overview, nodes, devices, dra, pods, events, login, extended):
         app.include_router(module.router)
     app.include_router(stream_router)

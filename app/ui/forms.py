@@ -14,10 +14,9 @@ from typing import Any
 from starlette.datastructures import QueryParams
 
 from app.inventory.errors import InvalidInput, Problem
+from app.inventory.fields import CURSOR_MAX, NAME_MAX
 
-TEXT_MAX = 253
-RESOURCE_MAX = 316
-CURSOR_MAX = 2048
+TEXT_MAX = NAME_MAX
 PAGE_SIZES = (25, 50, 100, 200)
 AGE = re.compile(r"(\d{1,6})\s*([smhd])")
 AGE_UNITS = {

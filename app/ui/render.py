@@ -22,6 +22,7 @@ from app.auth import Principal
 from app.clock import utcnow
 from app.config import AuthMode
 from app.ui.security import CSRF_FIELD, csrf_token, set_csrf_cookie
+from app.web.state import service_state
 
 LIVE_TARGET = "live"
 VARY = "HX-Request, HX-Target, HX-History-Restore-Request"
@@ -78,8 +79,9 @@ def render_region(env: Environment, name: str, context: dict[str, Any]) -> str:
 
 
 def base_context(request: Request, principal: Principal | None) -> dict[str, Any]:
-    settings = request.app.state.settings
-    hub = getattr(request.app.state, "live", None)
+    settings = service_state(request.app).settings
+    # None until the live-update task has started (and in apps without a lifespan).
+    hub = request.app.state.live
     since = hub.latest if hub is not None else 0
     token, _ = csrf_token(request)
     return {

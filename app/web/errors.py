@@ -25,6 +25,7 @@ from app.inventory.errors import (
     NotFound,
     StaleSnapshot,
 )
+from app.web.state import service_state
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ def _answer(
     details: list[dict[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    page: ErrorPage | None = getattr(request.app.state, "error_page", None)
+    page = service_state(request.app).error_page
     if page is not None:
         rendered = page(request, status, message, details or [], headers)
         if rendered is not None:

@@ -6,13 +6,13 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
-from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import ANONYMOUS_ADMIN, Principal, TokenCache, authenticate, record_token_use
 from app.clock import utcnow
-from app.config import AuthMode, Settings
+from app.config import AuthMode
 from app.db import write_session
+from app.web.state import service_state
 
 SESSION_COOKIE = "devicedeck_token"
 
@@ -33,7 +33,7 @@ def presented_token(request: Request) -> str | None:
 
 def _principal_from_database(request: Request, token: str) -> Principal:
     """The token checked against the database (in a worker thread), then cached."""
-    factory: sessionmaker[Session] = request.app.state.session_factory
+    factory = service_state(request.app).session_factory
     now = utcnow()
     with factory() as session:
         found = authenticate(session, token, now)
@@ -49,13 +49,11 @@ def _principal_from_database(request: Request, token: str) -> Principal:
 
 
 def token_cache(request: Request) -> TokenCache:
-    cache: TokenCache = request.app.state.token_cache
-    return cache
+    return service_state(request.app).token_cache
 
 
 async def current_principal(request: Request) -> Principal:
-    settings: Settings = request.app.state.settings
-    if settings.auth is AuthMode.OFF:
+    if service_state(request.app).settings.auth is AuthMode.OFF:
         return ANONYMOUS_ADMIN
     token = presented_token(request)
     if token is None:

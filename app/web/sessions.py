@@ -12,16 +12,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.config import Settings
 from app.inventory.queries import Clock
+from app.web.state import service_state
 
 
 async def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+    return service_state(request.app).settings
 
 
 async def get_session_factory(request: Request) -> sessionmaker[Session]:
-    factory: sessionmaker[Session] = request.app.state.session_factory
-    return factory
+    return service_state(request.app).session_factory
 
 
 def read_session(

@@ -318,10 +318,6 @@ class DeviceManager:
             }
             return CheckpointState(entries=entries, registered=registered)
 
-    def save(self) -> None:
-        with self._lock:
-            self._save_locked()
-
     def _save_locked(self) -> None:
         try:
             self._write_checkpoint(self.checkpoint_state())

@@ -9,10 +9,11 @@ from fastapi.responses import HTMLResponse, Response
 
 from app.inventory.dashboard import resource_names
 from app.inventory.errors import NotFound
+from app.inventory.fields import HEALTH_VALUES, NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.inventory.queries import DeviceFilters, get_device, list_devices
 from app.ui.access import Viewer
-from app.ui.forms import RESOURCE_MAX, Form
+from app.ui.forms import Form
 from app.ui.lists import export_url, list_view, run_list_query
 from app.ui.render import View, render_error, respond
 from app.ui.svg import timeline
@@ -22,7 +23,7 @@ router = APIRouter(include_in_schema=False)
 
 SORT_KEYS = ("node", "resource", "device_id", "health")
 SORTS = {key: key for key in SORT_KEYS} | {f"-{key}": f"-{key}" for key in SORT_KEYS}
-HEALTH_CHOICES = {"": None, "Healthy": "Healthy", "Unhealthy": "Unhealthy", "Unknown": "Unknown"}
+HEALTH_CHOICES = {"": None} | {value: value for value in HEALTH_VALUES}
 ALLOCATED_CHOICES: dict[str, bool | None] = {"": None, "yes": True, "no": False}
 STATE_CHOICES = {"": "present", "removed": "removed", "any": "any"}
 FILTERS = ("node", "resource", "health", "allocated", "namespace", "pod", "q", "state")
@@ -37,7 +38,7 @@ def devices(request: Request, viewer: Viewer, session: ReadSession, clock: Query
         resource=form.text("resource", RESOURCE_MAX),
         health=form.choice("health", HEALTH_CHOICES),
         allocated=form.choice("allocated", ALLOCATED_CHOICES),
-        namespace=form.text("namespace", 63),
+        namespace=form.text("namespace", NAMESPACE_MAX),
         pod=form.text("pod"),
         q=form.text("q"),
         state=form.choice("state", STATE_CHOICES),

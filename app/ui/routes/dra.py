@@ -7,6 +7,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from app.inventory.dra_devices import DraFilters, list_dra_devices
 from app.inventory.dra_history import dra_device_details
+from app.inventory.fields import NAME_MAX
 from app.ui.access import Viewer
 from app.ui.forms import Form
 from app.ui.lists import list_view, run_list_query
@@ -56,7 +57,7 @@ def dra_device(
 ) -> Response:
     details = (
         dra_device_details(session, driver, pool, device)
-        if max(len(driver), len(pool), len(device)) <= 253
+        if max(len(driver), len(pool), len(device)) <= NAME_MAX
         else None
     )
     if details is None:

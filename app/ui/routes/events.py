@@ -6,9 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.inventory.events import EVENT_KINDS
+from app.inventory.fields import NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.ui.access import Viewer
-from app.ui.forms import RESOURCE_MAX, Form
+from app.ui.forms import Form
 from app.ui.lists import export_url, list_view, run_list_query
 from app.ui.render import respond
 from app.web.sessions import QueryClock, ReadSession
@@ -26,7 +27,7 @@ def events(request: Request, viewer: Viewer, session: ReadSession, clock: QueryC
         kind=form.choice("kind", KIND_CHOICES),
         node=form.text("node"),
         resource=form.text("resource", RESOURCE_MAX),
-        namespace=form.text("namespace", 63),
+        namespace=form.text("namespace", NAMESPACE_MAX),
         pod=form.text("pod"),
         device=form.integer("device", minimum=1),
         device_id=form.text("device_id"),

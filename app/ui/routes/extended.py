@@ -18,6 +18,7 @@ from app.ui.access import Viewer
 from app.ui.render import render_error
 from app.ui.routes.login import read_form, refuse_cross_site
 from app.web.errors import status_of
+from app.web.state import service_state
 
 router = APIRouter(include_in_schema=False)
 
@@ -75,10 +76,10 @@ async def change_advertised_resource(name: str, request: Request, viewer: Viewer
 def _change(
     request: Request, node: str, resource: str, quantity: int | None, actor: str
 ) -> dict[str, Any]:
-    state = request.app.state
+    state = service_state(request.app)
     return change_extended_resource(
-        getattr(state, "kube_api", None),
-        getattr(state, "kube_problem", None),
+        state.kube_api,
+        state.kube_problem,
         state.session_factory,
         node=node,
         resource=resource,

@@ -15,14 +15,16 @@ from app.inventory.dashboard import (
 from app.inventory.dra_devices import dra_devices_of_node
 from app.inventory.dra_overview import group_by_pool
 from app.inventory.errors import NotFound
+from app.inventory.fields import RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.inventory.node_status import DEVICE_PLUGIN
 from app.inventory.queries import NodeFilters, get_node, list_nodes
 from app.ui.access import Viewer
-from app.ui.forms import RESOURCE_MAX, Form
+from app.ui.forms import Form
 from app.ui.lists import list_view, run_list_query
 from app.ui.render import View, render_error, respond
 from app.web.sessions import QueryClock, ReadSession
+from app.web.state import service_state
 
 router = APIRouter(include_in_schema=False)
 
@@ -106,8 +108,7 @@ def node(
         "events": list_events(session, EventFilters(node=name), limit=NODE_EVENTS).items,
         "dra_pools": group_by_pool(dra_devices_of_node(session, name)),
         # Forms that change node status only where there is a cluster to send them to.
-        "can_administer": viewer.has("admin")
-        and getattr(request.app.state, "kube_api", None) is not None,
+        "can_administer": viewer.has("admin") and service_state(request.app).kube_api is not None,
     }
     return respond(
         request,

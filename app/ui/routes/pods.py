@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.inventory.errors import NotFound
+from app.inventory.fields import NAMESPACE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.inventory.pod_history import get_pod_history
 from app.inventory.pods import PodFilters, list_pods
@@ -28,7 +29,7 @@ POD_EVENTS = 50
 def pods(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock) -> Response:
     form = Form(request.query_params)
     filters = PodFilters(
-        namespace=form.text("namespace", 63), node=form.text("node"), q=form.text("q")
+        namespace=form.text("namespace", NAMESPACE_MAX), node=form.text("node"), q=form.text("q")
     )
     limit = form.page_size()
     cursor = form.cursor()
