@@ -31,7 +31,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--node", help="this node's name (default: $NODE_NAME)")
     parser.add_argument("--server", required=True, help="service URL, e.g. http://devicedeck:8000")
     parser.add_argument(
-        "--token-file", type=Path, help="file holding the ingest token (default: $DEVICEDECK_TOKEN)"
+        "--token-file",
+        type=Path,
+        help="file holding the ingest token, re-read when it changes; without it the token "
+        "itself is taken from the DEVICEDECK_TOKEN environment variable",
     )
     parser.add_argument(
         "--kubelet-root",
