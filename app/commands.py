@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.config import Settings
+from app.config import load_settings
 
 
 def register(subparsers: Any) -> None:
@@ -50,7 +50,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
     from app.migrate import upgrade_to_head
 
-    settings = Settings()
+    settings = load_settings()
     configure_logging(settings.log_format, settings.log_level)
     if not args.no_migrate:
         upgrade_to_head(settings.database_url)
@@ -83,7 +83,7 @@ def freeze_startup_objects() -> None:
 def run_migrate(_args: argparse.Namespace) -> int:
     from app.migrate import upgrade_to_head
 
-    settings = Settings()
+    settings = load_settings()
     upgrade_to_head(settings.database_url)
     print("database schema is up to date")
     return 0
@@ -94,7 +94,7 @@ def _factory() -> Iterator[Any]:
     """A session factory whose engine is disposed afterwards, its connections closed."""
     from app.db import create_db_engine, make_session_factory
 
-    engine = create_db_engine(Settings().database_url)
+    engine = create_db_engine(load_settings().database_url)
     try:
         yield make_session_factory(engine)
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -16,6 +16,21 @@ class AuthMode(StrEnum):
 class LogFormat(StrEnum):
     TEXT = "text"
     JSON = "json"
+
+
+class LogLevel(StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
+
+    @classmethod
+    def _missing_(cls, value: object) -> LogLevel | None:
+        # Python's logging takes the names in capitals; people write them either way.
+        if isinstance(value, str) and value.upper() != value:
+            return cls.__members__.get(value.upper())
+        return None
 
 
 class KubeMode(StrEnum):
@@ -42,9 +57,24 @@ class Settings(BaseSettings):
     )
     body_limit: int = Field(default=3 * 1024 * 1024, gt=0, description="request body limit, bytes")
     log_format: LogFormat = Field(default=LogFormat.TEXT)
-    log_level: str = Field(default="INFO")
+    log_level: LogLevel = Field(default=LogLevel.INFO)
     max_devices_per_snapshot: int = Field(default=4096, gt=0)
     max_pods_per_snapshot: int = Field(default=2048, gt=0)
     kube: KubeMode = Field(default=KubeMode.OFF)
     kubeconfig: str | None = Field(default=None)
     kube_resync: float = Field(default=300.0, gt=0)
+
+
+def load_settings() -> Settings:
+    """The settings from the environment. A bad value stops the command with an error naming
+    the variable and what it accepts, before anything is started or changed."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        prefix = str(Settings.model_config.get("env_prefix", ""))
+        problems = [
+            f"{prefix}{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']} "
+            f"(got {error['input']!r})"
+            for error in e.errors()
+        ]
+        raise SystemExit("invalid settings:\n  " + "\n  ".join(problems)) from e

@@ -83,11 +83,11 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_demo_token(args: argparse.Namespace) -> int:
-    from app.config import Settings
+    from app.config import load_settings
     from app.db import create_db_engine, make_session_factory
     from app.demo.tokens import ensure_token_file
 
-    engine = create_db_engine(Settings().database_url)
+    engine = create_db_engine(load_settings().database_url)
     try:
         _, created = ensure_token_file(
             make_session_factory(engine), args.file, args.name, args.scope or ["ingest"]

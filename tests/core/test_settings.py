@@ -1,0 +1,45 @@
+"""Settings from the environment: a bad value stops the command before it starts anything, with
+an error that names the variable and what it accepts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.config import LogLevel, Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("given", "level"), [("debug", "DEBUG"), ("Warning", "WARNING")])
+def test_log_level_names_are_taken_in_either_case(
+    monkeypatch: pytest.MonkeyPatch, given: str, level: str
+) -> None:
+    monkeypatch.setenv("DEVICEDECK_LOG_LEVEL", given)
+    assert Settings().log_level is LogLevel(level)
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["migrate"]])
+def test_unknown_log_level_stops_the_command_naming_the_setting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    database = tmp_path / "devicedeck.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
+    env |= {"DEVICEDECK_LOG_LEVEL": "verbose", "DEVICEDECK_DATABASE_URL": f"sqlite:///{database}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", *command],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "DEVICEDECK_LOG_LEVEL" in done.stderr and "'verbose'" in done.stderr
+    assert "'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not database.exists(), "nothing may be created before the settings are valid"
