@@ -75,3 +75,45 @@ def pods_dra(session: Session, pods: list[KubePod]) -> dict[str, dict[str, Any]]
                 )
         found[pod.uid] = {"claims": refs, "dra_devices": devices}
     return found
+
+
+def pod_dra_by_name(session: Session, namespace: str, name: str) -> dict[str, Any] | None:
+    """The DRA side of the pod with this name as the API server has it (the live one, else
+    the one deleted last), or None when the pod has no claims."""
+    pod = session.scalars(
+        select(KubePod)
+        .where(KubePod.namespace == namespace, KubePod.name == name)
+        .order_by(KubePod.deleted_at.is_not(None), KubePod.id.desc())
+        .limit(1)
+    ).one_or_none()
+    if pod is None or not pod.claims:
+        return None
+    dra = pods_dra(session, [pod])[pod.uid]
+    return {
+        "uid": pod.uid,
+        "node": pod.node,
+        "phase": pod.phase,
+        "created_at": pod.created_at.isoformat() if pod.created_at else None,
+        "deleted_at": pod.deleted_at.isoformat() if pod.deleted_at else None,
+        **dra,
+    }
+
+
+def claims_only_pod(namespace: str, name: str, dra: dict[str, Any]) -> dict[str, Any]:
+    """A pod page's detail for a pod no node agent has reported holding anything: what the
+    API server says of it, with no holds."""
+    running = dra["deleted_at"] is None and dra["phase"] not in ("Succeeded", "Failed")
+    return {
+        "namespace": namespace,
+        "name": name,
+        "uid": dra["uid"],
+        "uids": [dra["uid"]],
+        "node": dra["node"],
+        "nodes": [dra["node"]] if dra["node"] else [],
+        "running": running,
+        "started": dra["created_at"],
+        "ended": None if running else dra["deleted_at"],
+        "unhealthy_while_held": False,
+        "history_truncated": False,
+        "containers": [],
+    }

@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from ui.dom import Element, parse
 
 from .conftest import StartApp, wait_for
-from .dra_builders import DRIVER, claim_object, device, result, slice_object
+from .dra_builders import DRIVER, claim_object, device, dra_pod, result, slice_object
 from .fake_apiserver import FakeApiServer
 from .objects import node
 
@@ -66,6 +66,17 @@ def test_dra_pages_show_devices_holders_health_and_pools(
             "monitoring", "dcgm-node-a", [result("gpu-1", pool="node-a", adminAccess=True)]
         ),
     )
+    fake_api.put(
+        "pods",
+        dra_pod(
+            "ml",
+            "trainer-0",
+            node_name="node-a",
+            uid="uid-trainer-0",
+            claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+            generated={"gpu": "trainer-0-gpu"},
+        ),
+    )
     client = start_app()
     listing = wait_for(
         lambda: (
@@ -113,3 +124,15 @@ def test_dra_pages_show_devices_holders_health_and_pools(
     kpi = next(a for a in overview.find_all("a") if a.attrs.get("href") == "/dra")
     assert "DRA devices 3" in kpi.clean_text
     assert "1 allocated" in kpi.clean_text and "1 unhealthy" in kpi.clean_text
+
+    # The pod's page: known from the API server alone, with its claim and device.
+    pod_page = wait_for(
+        lambda: (d := _dom(client, auth, "/pods/ml/trainer-0")) and "gpu-0" in d.clean_text and d,
+        what="the pod page's DRA devices",
+    )
+    section = pod_page.by_id("pod-dra-title").parent
+    assert section is not None and section.parent is not None
+    (row,) = [r for r in section.parent.find_all("tr") if r.find("th", scope="row")]
+    assert row.clean_text.startswith("gpu trainer-0-gpu from template one-gpu gpu-0")
+    assert "Unhealthy" in row.clean_text
+    assert row.one("a").attrs["href"] == f"/dra/devices/{DRIVER}/node-a/gpu-0"

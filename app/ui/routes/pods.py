@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
+from app.inventory.dra_pods import claims_only_pod, pod_dra_by_name
 from app.inventory.errors import NotFound
 from app.inventory.fields import NAMESPACE_MAX
 from app.inventory.history import EventFilters, list_events
@@ -64,18 +65,22 @@ def pod(
     session: ReadSession,
     clock: QueryClock,
 ) -> Response:
+    dra = pod_dra_by_name(session, namespace, name)
     try:
         detail = get_pod_history(session, namespace, name, clock)
     except NotFound:
-        return render_error(
-            request,
-            404,
-            "No such pod",
-            f"No pod {namespace}/{name} has held a device. Devicedeck knows only pods that "
-            "held devices.",
-            principal=viewer,
-            back="/pods",
-        )
+        if dra is not None:
+            detail = claims_only_pod(namespace, name, dra)
+        else:
+            return render_error(
+                request,
+                404,
+                "No such pod",
+                f"No pod {namespace}/{name} has held a device. Devicedeck knows only pods that "
+                "held devices.",
+                principal=viewer,
+                back="/pods",
+            )
     events = list_events(
         session, EventFilters(namespace=namespace, pod=name), limit=POD_EVENTS
     ).items
@@ -83,6 +88,7 @@ def pod(
         "pod": detail,
         "events": events,
         "timeline": pod_timeline(detail, clock.now),
+        "dra": dra,
     }
     return respond(
         request,
@@ -92,6 +98,6 @@ def pod(
             context,
             title=f"{namespace}/{name}",
             nav="pods",
-            regions=("pod-summary", "pod-holds"),
+            regions=("pod-summary", "pod-holds", "pod-dra"),
         ),
     )
