@@ -1,5 +1,5 @@
 """The shell commands README.md and docs/*.md give a reader, run as written, in order, against
-a fresh `devicedeck demo` started in a temporary directory laid out like a checkout.
+a fresh demo started with `make run` in a temporary directory laid out like a checkout.
 
 A fenced shell block is run when the line before its fence is `<!-- runnable: NAME -->`;
 CHECKS[NAME] holds what the text around the block says it produces. Every other shell block
@@ -143,8 +143,9 @@ class Demo:
 
 
 def reader_environment() -> dict[str, str]:
-    """A reader's shell: no Devicedeck settings, and no virtualenv on PATH."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
+    """A reader's shell: no Devicedeck settings, no virtualenv on PATH, not inside a make."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEVICEDECK_", "MAKE"))}
+    env.pop("MFLAGS", None)
     env.pop("VIRTUAL_ENV", None)
     path = [p for p in env.get("PATH", "").split(":") if p and "/.venv/" not in p + "/"]
     env["PATH"] = ":".join(path)
@@ -186,7 +187,9 @@ def demo() -> Iterator[Demo]:
     checkout_copy(workdir)
     port = free_port()
     log = workdir / "demo.log"
-    command = [".venv/bin/devicedeck", "demo", "--port", str(port)]
+    # The README's `make run PORT=...`. The virtualenv is the suite's own: a test must not
+    # reinstall it, so make is told to take its stamp as it is.
+    command = ["make", "--no-print-directory", "-o", ".venv/.runtime", "run", f"PORT={port}"]
     with (
         log.open("w") as out,
         subprocess.Popen(
@@ -207,7 +210,8 @@ def demo() -> Iterator[Demo]:
             yield running
         finally:
             if process.poll() is None:
-                process.send_signal(signal.SIGINT)
+                # Ctrl-C: the whole foreground process group, make and the demo, hears it.
+                os.killpg(process.pid, signal.SIGINT)
                 try:
                     process.wait(timeout=60)
                 except subprocess.TimeoutExpired:
@@ -309,8 +313,8 @@ CHECKS: dict[str, Callable[[Ran, Demo], None]] = {
 
 # How the first line of a shell block that is not run begins -> why it is not run.
 NOT_RUNNABLE: dict[str, str] = {
-    "make run": "starts the demo, which this test starts first as `.venv/bin/devicedeck demo`, "
-    "with a port the OS chose (`make test`, beside it, runs this suite)",
+    "make run": "starts the demo on port 8000; this test starts it first as `make run PORT=...` "
+    "with a port the OS chose (and `make test`, beside it, runs this suite)",
     "pip install .": "installs the package; tests/deploy/test_packaging.py installs the wheel in "
     "a fresh virtualenv and runs these commands from another directory",
     "docker compose": "needs Docker",
