@@ -22,6 +22,7 @@ from app.inventory.ingest import SnapshotIngest
 from app.inventory.queries import devices_by_resource_and_health
 from app.metrics import ServiceMetrics
 from app.ui import install_ui
+from app.web.compression import CompressionMiddleware
 from app.web.errors import install_error_handlers
 from app.web.limits import BodyLimitMiddleware, reject_nul_parameters
 from app.web.state import ServiceState, service_state
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.background_starters = []
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit)
+    app.add_middleware(CompressionMiddleware)
     # Routes are matched in order, and ingest is what agents on every node call, every few
     # seconds.
     app.include_router(ingest.router)

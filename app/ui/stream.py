@@ -9,6 +9,8 @@ are found), and stops the generator when the client disconnects.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -21,6 +23,10 @@ from app.ui.live import CLOSED, LiveHub
 router = APIRouter(include_in_schema=False)
 
 RETRY_MS = 2000
+# After telling a tab that something changed, wait this long before telling it again: each
+# message costs the tab a refresh, and at a busy cluster's churn changes come every second.
+# What changed meanwhile is not lost: the queue keeps the newest event id.
+PACE_SECONDS = 3.0
 
 
 def open_hub(request: Request) -> LiveHub:
@@ -49,6 +55,13 @@ async def stream(
             if latest > sent:
                 sent = latest
                 yield changed_event(latest)
+                await _pause(hub)
+
+
+async def _pause(hub: LiveHub) -> None:
+    """PACE_SECONDS, cut short when the hub closes (the service is shutting down)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(hub.closed.wait(), PACE_SECONDS)
 
 
 def _since(request: Request) -> int:
