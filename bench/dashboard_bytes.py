@@ -16,16 +16,8 @@ from typing import Any
 
 from playwright.async_api import async_playwright
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
+from tests.ui.browser.test_dashboard import CHROMIUM, CHROMIUM_ARGS
+
 PAGES = ("/", "/events", "/devices", "/pods", "/nodes")
 
 
