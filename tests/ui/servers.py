@@ -101,7 +101,7 @@ class ServedProcess:
                 stderr=subprocess.STDOUT,
             )
 
-    def wait_ready(self, timeout: float = 30) -> None:
+    def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while not _answers(self.url):
             if self.process.poll() is not None or time.monotonic() > deadline:
