@@ -19,24 +19,28 @@ from fastapi import FastAPI
 from app.clock import utcnow
 from app.config import Settings
 from app.db import write_session
-from app.inventory.queries import Clock
+from app.inventory.freshness import Freshness
 from app.inventory.staleness import mark_stale_nodes
 
 log = logging.getLogger(__name__)
 
 
-def clock_of(settings: Settings) -> Clock:
-    return Clock(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
+def clock_of(settings: Settings) -> Freshness:
+    return Freshness(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
 
 
-def start_background_tasks(app: FastAPI, settings: Settings) -> BackgroundTasks:
-    """The stale sweep and every registered starter's tasks, owned by one BackgroundTasks."""
+def start_background_tasks(app: FastAPI) -> BackgroundTasks:
+    """Every registered starter's tasks, owned by one BackgroundTasks."""
     background = BackgroundTasks()
-    background.start(stale_sweep(app, settings), name="stale-sweep")
     for starter in app.state.background_starters:
         starter(app, background)
     app.state.background = background
     return background
+
+
+def start_stale_sweep(app: FastAPI, tasks: BackgroundTasks) -> None:
+    """Background starter of the stale sweep, which create_app registers first."""
+    tasks.start(stale_sweep(app, app.state.settings), name="stale-sweep")
 
 
 class BackgroundTasks:

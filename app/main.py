@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI
 from app import __version__
 from app.api import ingest, inventory, kube, service, tokens
 from app.auth import TokenCache
-from app.background import clock_of, start_background_tasks
+from app.background import clock_of, start_background_tasks, start_stale_sweep
 from app.config import AuthMode, Settings
 from app.db import (
     create_db_engine,
@@ -65,7 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "AUTHENTICATION IS OFF: anyone who can reach this service can read and change "
                 "the inventory. DEVICEDECK_AUTH=off is meant for local demos only."
             )
-        background = start_background_tasks(app, settings)
+        background = start_background_tasks(app)
         try:
             yield
         finally:
@@ -88,7 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state.kube_api = None
     state.kube_problem = None
     # Other parts (dashboard live updates, cluster watcher) add (app, tasks) -> None starters.
-    app.state.background_starters = []
+    app.state.background_starters = [start_stale_sweep]
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit)
     app.add_middleware(CompressionMiddleware)

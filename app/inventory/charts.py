@@ -16,8 +16,8 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.inventory.fields import HEALTHY, PRESENT
+from app.inventory.freshness import Freshness
 from app.inventory.models import Allocation, Device, Event, Node
-from app.inventory.queries import Clock
 
 WINDOWS: dict[str, timedelta] = {
     "1h": timedelta(hours=1),
@@ -109,7 +109,7 @@ class _Walk:
 
 def resource_history(
     session: Session,
-    clock: Clock,
+    clock: Freshness,
     window: timedelta,
     *,
     points: int = DEFAULT_POINTS,
@@ -163,7 +163,7 @@ def resource_history(
     }
 
 
-def _current_state(session: Session, clock: Clock) -> _Walk:
+def _current_state(session: Session, clock: Freshness) -> _Walk:
     stale = set(session.scalars(select(Node.name).where(Node.last_seen < clock.cutoff)))
     totals: dict[str, list[int]] = {}
     healthy_by_node: dict[str, dict[str, int]] = defaultdict(dict)
@@ -210,7 +210,7 @@ def _events_since(session: Session, start: datetime) -> list[_EventRow]:
     return [(at, pk, kind, node, device, before.get(pk)) for at, pk, kind, node, device in rows]
 
 
-def _stale_onsets(session: Session, clock: Clock) -> dict[str, datetime]:
+def _stale_onsets(session: Session, clock: Freshness) -> dict[str, datetime]:
     """When each node stale now became stale: the moment it passed the cutoff, which is
     before the sweep noticed and wrote node_stale."""
     return {

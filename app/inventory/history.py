@@ -1,4 +1,4 @@
-"""Histories: the event feed, a device's health and allocation history, a node's details."""
+"""Histories: the event feed, and a device's health and allocation history."""
 
 from __future__ import annotations
 
@@ -15,11 +15,7 @@ from app.inventory.events import EVENT_KINDS
 from app.inventory.models import (
     Allocation,
     Event,
-    Node,
-    NodeResource,
-    PluginRegistration,
 )
-from app.inventory.node_status import kube_node_details
 from app.inventory.pages import Keyset, Page
 
 HEALTH_EVENT_KINDS = ("device_added", "health_changed", "device_removed", "device_reappeared")
@@ -161,35 +157,4 @@ def device_history(session: Session, device_pk: int) -> dict[str, Any]:
             }
             for a in allocations
         ],
-    }
-
-
-def node_details(session: Session, node: Node) -> dict[str, Any]:
-    plugins = session.scalars(
-        select(PluginRegistration)
-        .where(PluginRegistration.node_id == node.id)
-        .order_by(PluginRegistration.resource)
-    )
-    allocatable = session.scalars(
-        select(NodeResource).where(NodeResource.node_id == node.id).order_by(NodeResource.resource)
-    )
-    return {
-        "plugins": [
-            {
-                "resource": p.resource,
-                "endpoint": p.endpoint,
-                "api_version": p.api_version,
-                "options": p.options,
-                "first_seen": iso(p.first_seen),
-                "last_seen": iso(p.last_seen),
-            }
-            for p in plugins
-        ],
-        "kubelet_allocatable": {r.resource: list(r.allocatable_device_ids) for r in allocatable},
-        "capacity": node.capacity or {},
-        "allocatable": node.allocatable or {},
-        "labels": node.labels or {},
-        "conditions": node.conditions or [],
-        "kube_synced_at": iso(node.kube_synced_at),
-        **kube_node_details(session, node),
     }

@@ -162,7 +162,7 @@ def _apply_stream(
         node_id=node_id,
         stream=stream,
         source=snapshot.source,
-        payload_hash=content_hash,
+        content_hash=content_hash,
         observed_at=snapshot.observed_at,
         now=now,
     )

@@ -1,4 +1,5 @@
-"""A node's extended resources as the API server counts them, next to what the inventory knows.
+"""A node's details: plugins, the kubelet's allocatable sets, its status in Kubernetes, and
+its extended resources as the API server counts them next to what the inventory knows.
 
 The kubelet sets capacity = healthy + unhealthy devices and allocatable = healthy ones, so the
 difference is what is unhealthy or lost; a plugin gone for good leaves capacity 0. Resources
@@ -13,6 +14,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from app.clock import iso
 from app.inventory.dra_devices import dra_devices_of_node
 from app.inventory.extended_resources import is_extended_resource, quantity
 from app.inventory.fields import HEALTHY, PRESENT
@@ -109,4 +111,37 @@ def kube_node_details(session: Session, node: Node) -> dict[str, Any]:
         "extended_resources": rows,
         "manual_extended_resources": [row for row in rows if row["source"] == MANUAL],
         "dra_devices": dra_devices_of_node(session, node.name),
+    }
+
+
+def node_details(session: Session, node: Node) -> dict[str, Any]:
+    """What a node's page and /api/v1/nodes/NAME show beyond its device counts: plugins,
+    the kubelet's allocatable sets, and the node's status in Kubernetes."""
+    plugins = session.scalars(
+        select(PluginRegistration)
+        .where(PluginRegistration.node_id == node.id)
+        .order_by(PluginRegistration.resource)
+    )
+    allocatable = session.scalars(
+        select(NodeResource).where(NodeResource.node_id == node.id).order_by(NodeResource.resource)
+    )
+    return {
+        "plugins": [
+            {
+                "resource": p.resource,
+                "endpoint": p.endpoint,
+                "api_version": p.api_version,
+                "options": p.options,
+                "first_seen": iso(p.first_seen),
+                "last_seen": iso(p.last_seen),
+            }
+            for p in plugins
+        ],
+        "kubelet_allocatable": {r.resource: list(r.allocatable_device_ids) for r in allocatable},
+        "capacity": node.capacity or {},
+        "allocatable": node.allocatable or {},
+        "labels": node.labels or {},
+        "conditions": node.conditions or [],
+        "kube_synced_at": iso(node.kube_synced_at),
+        **kube_node_details(session, node),
     }

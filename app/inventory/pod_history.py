@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 from app.clock import iso
 from app.inventory.errors import NotFound
 from app.inventory.fields import UNHEALTHY, UNKNOWN
+from app.inventory.freshness import Freshness
 from app.inventory.history import HEALTH_EVENT_KINDS
 from app.inventory.models import Allocation, ClaimAllocation, Device, Event, Node
 from app.inventory.pods import claim_summary
-from app.inventory.queries import Clock, effective_health
+from app.inventory.queries import effective_health
 
 HOLD_LIMIT = 500
 # Health changes read for one pod; a device that flapped more often than this while held is
@@ -101,7 +102,9 @@ def health_during(
     ]
 
 
-def get_pod_history(session: Session, namespace: str, name: str, clock: Clock) -> dict[str, Any]:
+def get_pod_history(
+    session: Session, namespace: str, name: str, clock: Freshness
+) -> dict[str, Any]:
     """The pod's containers, each device and DRA claim it holds or held (newest hold first
     within a container), and each device's health during its hold."""
     health_now = effective_health(clock)

@@ -10,9 +10,10 @@ from sqlalchemy import ColumnElement, func, literal, select, tuple_, union
 from sqlalchemy.orm import Session
 
 from app.clock import iso
+from app.inventory.freshness import Freshness
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
 from app.inventory.pages import Keyset, Page
-from app.inventory.queries import Clock, effective_health
+from app.inventory.queries import effective_health
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def _current_pods(filters: PodFilters) -> Any:
 def list_pods(
     session: Session,
     filters: PodFilters,
-    clock: Clock,
+    clock: Freshness,
     *,
     cursor: str | None = None,
     limit: int = 50,
@@ -74,7 +75,7 @@ def claim_summary(claim: ClaimAllocation) -> dict[str, Any]:
 
 
 def _pods_with_devices(
-    session: Session, pairs: list[tuple[Any, ...]], clock: Clock
+    session: Session, pairs: list[tuple[Any, ...]], clock: Freshness
 ) -> list[dict[str, Any]]:
     if not pairs:
         return []

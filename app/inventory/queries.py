@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -26,33 +26,21 @@ from sqlalchemy.orm import Session
 from app.clock import iso
 from app.inventory.errors import InvalidInput, NotFound, Problem
 from app.inventory.fields import HEALTH_VALUES, HEALTHY, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
+from app.inventory.freshness import Freshness
+from app.inventory.history import device_history
 from app.inventory.models import Allocation, Device, Node
+from app.inventory.node_status import node_details
 from app.inventory.pages import Keyset, Page
 
 STATE_VALUES = (PRESENT, REMOVED, "any")
 
 
-@dataclass(frozen=True)
-class Clock:
-    """The time a query is answered at, and when a node counts as stale."""
-
-    now: datetime
-    stale_after: timedelta
-
-    @property
-    def cutoff(self) -> datetime:
-        return self.now - self.stale_after
-
-    def is_stale(self, last_seen: datetime) -> bool:
-        return last_seen < self.cutoff
-
-
-def effective_health(clock: Clock) -> ColumnElement[str]:
+def effective_health(clock: Freshness) -> ColumnElement[str]:
     """A device on a node that stopped reporting is Unknown, whatever it last said."""
     return case((Node.last_seen < clock.cutoff, literal(UNKNOWN)), else_=Device.health)
 
 
-def health_is(health: str, clock: Clock) -> ColumnElement[bool]:
+def health_is(health: str, clock: Freshness) -> ColumnElement[bool]:
     """`effective_health(clock) == health`, written so the planner can estimate it: a CASE
     hides both columns from the statistics, and a misestimate turns joins into per-row probes."""
     fresh = Node.last_seen >= clock.cutoff
@@ -99,7 +87,7 @@ def _current_allocation_of_device() -> Any:
     return exists().where(Allocation.device_pk == Device.id, Allocation.ended.is_(None))
 
 
-def _device_conditions(filters: DeviceFilters, clock: Clock) -> list[ColumnElement[bool]]:
+def _device_conditions(filters: DeviceFilters, clock: Freshness) -> list[ColumnElement[bool]]:
     if filters.health is not None and filters.health not in HEALTH_VALUES:
         raise _invalid("health", "enum", f"must be one of {', '.join(HEALTH_VALUES)}")
     if filters.state not in STATE_VALUES:
@@ -141,7 +129,7 @@ DEVICE_SORTS: dict[str, Any] = {
 def list_devices(
     session: Session,
     filters: DeviceFilters,
-    clock: Clock,
+    clock: Freshness,
     *,
     sort: str = "node",
     cursor: str | None = None,
@@ -204,7 +192,7 @@ def device_summary(
     node_name: str,
     node_last_seen: datetime,
     allocation: Allocation | None,
-    clock: Clock,
+    clock: Freshness,
 ) -> dict[str, Any]:
     stale = clock.is_stale(node_last_seen)
     return {
@@ -226,10 +214,8 @@ def device_summary(
     }
 
 
-def get_device(session: Session, device_pk: int, clock: Clock) -> dict[str, Any]:
+def get_device(session: Session, device_pk: int, clock: Freshness) -> dict[str, Any]:
     """A device with its health history and allocation history, newest first."""
-    from app.inventory.history import device_history
-
     row = session.execute(
         select(Device, Node.name, Node.last_seen)
         .join(Node, Node.id == Device.node_id)
@@ -253,7 +239,7 @@ def _empty_counts() -> dict[str, int]:
 
 def device_counts(
     session: Session,
-    clock: Clock,
+    clock: Freshness,
     node_ids: list[int] | None = None,
     resources: list[str] | None = None,
 ) -> dict[tuple[int, str], dict[str, int]]:
@@ -299,7 +285,9 @@ def device_counts(
     return counts
 
 
-def devices_by_resource_and_health(session: Session, clock: Clock) -> list[tuple[str, str, int]]:
+def devices_by_resource_and_health(
+    session: Session, clock: Freshness
+) -> list[tuple[str, str, int]]:
     health = effective_health(clock)
     rows = session.execute(
         select(Device.resource, health, func.count())
@@ -328,7 +316,7 @@ class NodeFilters:
 
 
 def node_summary(
-    node: Node, counts: dict[tuple[int, str], dict[str, int]], clock: Clock
+    node: Node, counts: dict[tuple[int, str], dict[str, int]], clock: Freshness
 ) -> dict[str, Any]:
     resources = {
         resource: value
@@ -347,7 +335,7 @@ def node_summary(
 def list_nodes(
     session: Session,
     filters: NodeFilters,
-    clock: Clock,
+    clock: Freshness,
     *,
     sort: str = "name",
     cursor: str | None = None,
@@ -383,9 +371,7 @@ def list_nodes(
     )
 
 
-def get_node(session: Session, name: str, clock: Clock) -> dict[str, Any]:
-    from app.inventory.history import node_details
-
+def get_node(session: Session, name: str, clock: Freshness) -> dict[str, Any]:
     node = session.scalars(select(Node).where(Node.name == name)).one_or_none()
     if node is None:
         raise NotFound(f"no node named {name!r}")
@@ -401,7 +387,7 @@ _BY_RESOURCE = Keyset("resource", [Device.resource])
 
 
 def list_resources(
-    session: Session, clock: Clock, *, cursor: str | None = None, limit: int = 50
+    session: Session, clock: Freshness, *, cursor: str | None = None, limit: int = 50
 ) -> Page[dict[str, Any]]:
     """Per resource name: cluster-wide totals and the per-node breakdown."""
     names_query = _BY_RESOURCE.page_query(

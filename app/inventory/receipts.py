@@ -91,7 +91,7 @@ class Order(StrEnum):
 
 
 def check_order(
-    receipt: StreamReceipt | None, source: Source, payload_hash: str, stream: str
+    receipt: StreamReceipt | None, source: Source, content_hash: str, stream: str
 ) -> Order:
     """Where a snapshot stands against the last one applied for its stream.
 
@@ -103,7 +103,7 @@ def check_order(
     if source.seq > receipt.seq:
         return Order.APPLY
     if source.seq == receipt.seq:
-        if receipt.payload_hash == payload_hash:
+        if receipt.payload_hash == content_hash:
             return Order.REPEAT
         raise ConflictingRepeat(
             f"seq {source.seq} of boot {source.boot_id!r} was already applied to stream "
@@ -125,7 +125,13 @@ def check_order(
 
 @dataclass(frozen=True)
 class StreamReceipt:
-    """The last snapshot applied for a stream, as ordering needs it."""
+    """The last snapshot applied for a stream, as ordering needs it.
+
+    Both hashes are written with the same value, the content hash of the last snapshot
+    applied; they differ in who may clear them. `payload_hash` is never cleared: a repeat of
+    the last seq is recognised by it. `content_hash` is cleared (None) when another writer
+    changed the stream's rows, so it matches only while the rows are still what that content
+    made them, which is what the unchanged shortcut needs."""
 
     id: int
     boot_id: str
@@ -169,14 +175,14 @@ def record_receipt(
     node_id: int,
     stream: str,
     source: Source,
-    payload_hash: str,
+    content_hash: str,
     observed_at: datetime,
     now: datetime,
 ) -> None:
     fields = {
         "to_boot": source.boot_id,
         "to_seq": source.seq,
-        "to_hash": payload_hash,
+        "to_hash": content_hash,
         "observed": observed_at,
         "now": now,
     }

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import utcnow
 from app.config import Settings
-from app.inventory.queries import Clock
+from app.inventory.freshness import Freshness
 from app.web.state import service_state
 
 
@@ -30,11 +30,11 @@ def read_session(
         yield session
 
 
-async def query_clock(settings: Annotated[Settings, Depends(get_settings)]) -> Clock:
-    return Clock(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
+async def query_clock(settings: Annotated[Settings, Depends(get_settings)]) -> Freshness:
+    return Freshness(now=utcnow(), stale_after=timedelta(seconds=settings.stale_after))
 
 
 ReadSession = Annotated[Session, Depends(read_session)]
 SessionFactory = Annotated[sessionmaker[Session], Depends(get_session_factory)]
 CurrentSettings = Annotated[Settings, Depends(get_settings)]
-QueryClock = Annotated[Clock, Depends(query_clock)]
+QueryClock = Annotated[Freshness, Depends(query_clock)]

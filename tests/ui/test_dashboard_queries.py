@@ -8,12 +8,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import utcnow
 from app.inventory.charts import resource_history
-from app.inventory.dashboard import (
+from app.inventory.freshness import Freshness
+from app.inventory.overview import (
     group_devices_by_resource_and_numa,
     natural_key,
     nodes_needing_attention,
 )
-from app.inventory.queries import Clock
 
 from .seed import Cluster, device, pod
 
@@ -37,7 +37,7 @@ def test_history_replays_devices_health_allocations_and_staleness(
     cluster.devices("a", GPU, sick[:3], hours[3])  # gpu-3 removed
     cluster.devices("a", GPU, sick[:3], now - timedelta(seconds=10))  # a keeps reporting
     # b last reported 10 hours ago, so it has been stale since 10 h ago plus 90 s.
-    clock = Clock(now=now, stale_after=STALE_AFTER)
+    clock = Freshness(now=now, stale_after=STALE_AFTER)
     with session_factory() as session:
         history = resource_history(session, clock, timedelta(hours=12), points=12)
     assert list(history["resources"]) == [GPU]
@@ -59,7 +59,7 @@ def test_nodes_needing_attention_puts_stale_first(session_factory: sessionmaker[
     cluster.devices("shrunk", GPU, [device("g0", 0)], now)
     cluster.devices("quiet", GPU, [device("g0", 0)], now - timedelta(hours=1))
     with session_factory() as session:
-        found = nodes_needing_attention(session, Clock(now=now, stale_after=STALE_AFTER))
+        found = nodes_needing_attention(session, Freshness(now=now, stale_after=STALE_AFTER))
     assert found["count"] == 3
     assert [(i["name"], i["stale"], i["unhealthy"], i["lost"]) for i in found["items"]] == [
         ("quiet", True, {}, {}),
@@ -67,7 +67,7 @@ def test_nodes_needing_attention_puts_stale_first(session_factory: sessionmaker[
         ("shrunk", False, {}, {GPU: 1}),
     ]
     # A removal older than the window is history, not a problem.
-    later = Clock(now=now + timedelta(days=2), stale_after=timedelta(days=3))
+    later = Freshness(now=now + timedelta(days=2), stale_after=timedelta(days=3))
     with session_factory() as session:
         names = [i["name"] for i in nodes_needing_attention(session, later)["items"]]
     assert names == ["sick"]

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from app.inventory.dashboard import resource_names
 from app.inventory.errors import NotFound
 from app.inventory.fields import HEALTH_VALUES, NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
+from app.inventory.overview import resource_names
 from app.inventory.queries import DeviceFilters, get_device, list_devices
 from app.ui.access import Viewer
 from app.ui.forms import Form

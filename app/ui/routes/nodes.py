@@ -7,17 +7,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from app.inventory.dashboard import (
-    all_devices_of_node,
-    group_devices_by_resource_and_numa,
-    resource_names,
-)
 from app.inventory.dra_devices import dra_devices_of_node
 from app.inventory.dra_overview import group_by_pool
 from app.inventory.errors import NotFound
 from app.inventory.fields import RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.inventory.node_status import DEVICE_PLUGIN
+from app.inventory.overview import (
+    all_devices_of_node,
+    group_devices_by_resource_and_numa,
+    resource_names,
+)
 from app.inventory.queries import NodeFilters, get_node, list_nodes
 from app.ui.access import Viewer
 from app.ui.forms import Form

@@ -9,9 +9,9 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
 from app.inventory.charts import DEFAULT_WINDOW, WINDOWS, resource_history
-from app.inventory.dashboard import cluster_summary, nodes_needing_attention
+from app.inventory.freshness import Freshness
 from app.inventory.history import EventFilters, latest_event_id, list_events
-from app.inventory.queries import Clock
+from app.inventory.overview import cluster_summary, nodes_needing_attention
 from app.ui.access import Viewer
 from app.ui.cache import PageCache
 from app.ui.forms import Form
@@ -71,7 +71,9 @@ def overview(request: Request, viewer: Viewer, session: ReadSession, clock: Quer
     )
 
 
-def _charts(request: Request, session: Session, clock: Clock, window: str) -> list[dict[str, Any]]:
+def _charts(
+    request: Request, session: Session, clock: Freshness, window: str
+) -> list[dict[str, Any]]:
     """Charts per resource, rebuilt at most once a minute per window: rebuilding walks every
     event in the window. A chart a minute old is still right at its scale (a point every 15
     minutes over a day)."""

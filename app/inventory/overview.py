@@ -1,5 +1,5 @@
-"""Questions the dashboard asks that the JSON API does not: cluster totals, nodes that need a
-look, a node's devices laid out by resource and NUMA node, and hand-advertised resources.
+"""The dashboard's own questions, which the JSON API does not ask: the overview's cluster
+totals and nodes that need a look, and a node's devices laid out by resource and NUMA node.
 
 Built on the same queries as the API (list_resources, list_devices, get_node), so a number on
 a page is the number the API gives.
@@ -18,9 +18,10 @@ from sqlalchemy.orm import Session
 
 from app.inventory.dra_overview import dra_counts
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED
+from app.inventory.freshness import Freshness
 from app.inventory.models import Device, Node
 from app.inventory.pages import MAX_LIMIT
-from app.inventory.queries import Clock, DeviceFilters, device_counts, list_devices
+from app.inventory.queries import DeviceFilters, device_counts, list_devices
 
 COUNT_FIELDS = ("devices", "healthy", "unhealthy", "unknown", "allocated", "free")
 # Devices removed this recently count as capacity the node lost; older removals are history.
@@ -32,7 +33,7 @@ def _zero() -> dict[str, int]:
     return dict.fromkeys(COUNT_FIELDS, 0)
 
 
-def cluster_summary(session: Session, clock: Clock) -> dict[str, Any]:
+def cluster_summary(session: Session, clock: Freshness) -> dict[str, Any]:
     """Node totals, per-resource device totals and the sum over all resources.
 
     The per-resource numbers are list_resources' totals (both sum device_counts), without the
@@ -60,7 +61,7 @@ def cluster_summary(session: Session, clock: Clock) -> dict[str, Any]:
 
 
 def nodes_needing_attention(
-    session: Session, clock: Clock, *, limit: int = 12, loss_window: timedelta | None = None
+    session: Session, clock: Freshness, *, limit: int = 12, loss_window: timedelta | None = None
 ) -> dict[str, Any]:
     """Nodes that are stale, have unhealthy devices, or lost devices recently; worst first.
 
@@ -138,7 +139,7 @@ def _severity(stale: bool, found: dict[str, Any]) -> int:
     return (1_000_000 if stale else 0) + out
 
 
-def all_devices_of_node(session: Session, node: str, clock: Clock) -> list[dict[str, Any]]:
+def all_devices_of_node(session: Session, node: str, clock: Freshness) -> list[dict[str, Any]]:
     """Every device of a node, present and removed, following the keyset pages."""
     devices: list[dict[str, Any]] = []
     cursor = None
