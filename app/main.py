@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import Depends, FastAPI
 
 from app import __version__
-from app.api import ingest, inventory, kube, service, tokens
+from app.api import docs, ingest, inventory, kube, service, tokens
 from app.auth import TokenCache
 from app.background import clock_of, start_background_tasks, start_stale_sweep
 from app.config import AuthMode, Settings
@@ -80,6 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=API_DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(reject_nul_parameters)],
+        # Both would load their scripts from a CDN; /docs is served from static/vendor instead.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state = state = ServiceState()
     state.settings = settings
@@ -98,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(service.router)
     app.include_router(inventory.router)
     app.include_router(tokens.router)
+    app.include_router(docs.router)
     kube.install(app)
     install_ui(app)
     return app

@@ -37,6 +37,9 @@ class VendoredFile:
 VENDORED_FILES = {
     "htmx.min.js": VendoredFile("htmx.org", "dist/htmx.min.js"),
     "htmx-ext-sse.min.js": VendoredFile("htmx-ext-sse", "dist/sse.min.js"),
+    # The API's /docs page, so it works without internet access.
+    "swagger-ui-bundle.js": VendoredFile("swagger-ui-dist", "swagger-ui-bundle.js"),
+    "swagger-ui.css": VendoredFile("swagger-ui-dist", "swagger-ui.css"),
 }
 
 

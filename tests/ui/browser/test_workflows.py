@@ -1,5 +1,6 @@
 """Operator workflows in a real Chromium, each on the seeded demo cluster: "did this pod run on
-a bad GPU?", and what a browser gets for a path nothing answers."""
+a bad GPU?", an incident's events exported, times in UTC or local, unknown paths, the API docs
+offline."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -182,3 +184,25 @@ async def local_clock(page: Page, iso: str) -> str:
         iso,
     )
     return text
+
+
+def test_api_docs_render_without_internet_access(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    outside: list[str] = []
+
+    async def steps(page: Page, base: str) -> None:
+        async def only_local(route: Any) -> None:
+            if route.request.url.startswith(base):
+                await route.continue_()
+            else:
+                outside.append(route.request.url)
+                await route.abort()
+
+        await page.route("**/*", only_local)
+        await page.goto(base + "/docs")
+        await expect(page.locator(".swagger-ui .info .title")).to_contain_text("Devicedeck")
+        await expect(page.locator(".opblock-summary-path").first).to_be_visible()
+
+    run_in_browser(database_url, session_factory, steps)
+    assert outside == []
