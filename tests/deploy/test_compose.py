@@ -20,12 +20,13 @@ from app.demo.topology import (
     compose_apiserver_args,
     compose_node_commands,
     compose_volume,
+    sim_dra_driver_args,
 )
 
 from .helpers import REPO, help_succeeds, parse_command, subcommands
 
 CORE_SERVICES = {"db", "migrate", "agent-token", "devicedeck"}
-CLUSTER_SERVICES = {COMPOSE_APISERVER}
+CLUSTER_SERVICES = {COMPOSE_APISERVER, "sim-dra-driver"}
 ONE_SHOT = {"migrate", "agent-token"}
 DEPENDS_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 VARIABLE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
@@ -284,3 +285,12 @@ def test_the_service_and_the_kubelets_use_the_simulated_api_server(
         kubelet = parse_command(services[f"{node.name}-kubelet"]["command"])
         assert (str(kubelet.kubeconfig), kubelet.node) == (COMPOSE_KUBECONFIG, node.name)
         reads_the_kubeconfig(f"{node.name}-kubelet")
+
+
+def test_the_dra_driver_is_the_demos(services: dict[str, dict[str, Any]]) -> None:
+    """Compose runs the simulated DRA driver the demo runs, on the same node."""
+    driver = services["sim-dra-driver"]
+    assert driver["command"] == sim_dra_driver_args(COMPOSE_KUBECONFIG)
+    mounts = set(volume_mounts(driver))
+    assert ("kubeconfig", os.path.dirname(COMPOSE_KUBECONFIG), "ro") in mounts
+    assert driver["depends_on"][COMPOSE_APISERVER]["condition"] == "service_healthy"
