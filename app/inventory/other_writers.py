@@ -1,5 +1,6 @@
 """Changes to rows a snapshot stream owns, made by a writer other than the stream: the cluster
-watcher ending a deleted pod's allocations, and device health from pod status (KEP-4680).
+watcher ending a deleted pod's allocations, joining pod UIDs to allocations, and device health
+from pod status (KEP-4680).
 
 The unchanged-snapshot shortcut trusts a stream's content hash to describe its rows, so every
 change here clears the owning stream's hash in the same transaction: the stream's next
@@ -13,9 +14,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select, tuple_
+from sqlalchemy import and_, exists, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
+from app.inventory.cluster_models import KubePod
 from app.inventory.events import EventLog
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
 from app.inventory.receipts import PODRESOURCES_STREAM, forget_content_hash, listandwatch_stream
@@ -25,6 +27,39 @@ def lock_node_id(session: Session, name: str) -> int | None:
     """The node's id, its row locked like a snapshot locks it: device and allocation rows of a
     node change under that lock, so a snapshot cannot interleave with (and undo) this change."""
     return session.scalar(select(Node.id).where(Node.name == name).with_for_update())
+
+
+def join_allocations(
+    session: Session, namespace: str | None = None, name: str | None = None
+) -> None:
+    """Give current allocations without a pod UID the UID of the live pod with the same
+    namespace and name on the same node. Without arguments, for every such allocation.
+
+    The stream's content hash stays: a snapshot that names no UID leaves a learned one as it
+    is, so the full path would keep this change just as the unchanged shortcut does."""
+    match = and_(
+        KubePod.namespace == Allocation.namespace,
+        KubePod.name == Allocation.pod,
+        KubePod.deleted_at.is_(None),
+        Node.id == Allocation.node_id,
+        Node.name == KubePod.node,
+    )
+    pod_here = exists().where(match).correlate(Allocation)
+    conditions = [Allocation.ended.is_(None), Allocation.pod_uid.is_(None), pod_here]
+    if namespace is not None:
+        conditions += [Allocation.namespace == namespace, Allocation.pod == name]
+    uid = (
+        select(KubePod.uid)
+        .where(match)
+        .correlate(Allocation)
+        .order_by(KubePod.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    session.execute(
+        update(Allocation).where(*conditions).values(pod_uid=uid),
+        execution_options={"synchronize_session": False},
+    )
 
 
 def release_pod(

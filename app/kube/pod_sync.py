@@ -11,15 +11,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.inventory.cluster_models import KubePod
 from app.inventory.events import EventLog
 from app.inventory.extended_resources import is_extended_resource, quantity
 from app.inventory.fields import HEALTHY, UNHEALTHY
-from app.inventory.models import Allocation, Node
-from app.inventory.other_writers import apply_reported_health, release_pod
+from app.inventory.other_writers import apply_reported_health, join_allocations, release_pod
 from app.kube.dra_health import CLAIM_PREFIX, apply_pod_dra_health
 from app.kube.node_sync import ACTOR
 
@@ -183,36 +182,6 @@ def _timestamp(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else None
-
-
-def join_allocations(
-    session: Session, namespace: str | None = None, name: str | None = None
-) -> None:
-    """Give current allocations without a pod UID the UID of the live pod with the same
-    namespace and name on the same node. Without arguments, for every such allocation."""
-    match = and_(
-        KubePod.namespace == Allocation.namespace,
-        KubePod.name == Allocation.pod,
-        KubePod.deleted_at.is_(None),
-        Node.id == Allocation.node_id,
-        Node.name == KubePod.node,
-    )
-    pod_here = exists().where(match).correlate(Allocation)
-    conditions = [Allocation.ended.is_(None), Allocation.pod_uid.is_(None), pod_here]
-    if namespace is not None:
-        conditions += [Allocation.namespace == namespace, Allocation.pod == name]
-    uid = (
-        select(KubePod.uid)
-        .where(match)
-        .correlate(Allocation)
-        .order_by(KubePod.id.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    session.execute(
-        update(Allocation).where(*conditions).values(pod_uid=uid),
-        execution_options={"synchronize_session": False},
-    )
 
 
 def apply_health(
