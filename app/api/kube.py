@@ -109,10 +109,14 @@ def dra_devices(
     driver: Text = None,
     pool: Text = None,
     allocated: Annotated[bool | None, Query(description="true: allocated to a claim")] = None,
+    health: Annotated[
+        str | None,
+        Query(max_length=32, description="Healthy, Unhealthy, or Unknown (nothing reported)"),
+    ] = None,
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
 ) -> dict[str, Any]:
-    filters = DraFilters(node=node, driver=driver, pool=pool, allocated=allocated)
+    filters = DraFilters(node=node, driver=driver, pool=pool, allocated=allocated, health=health)
     return envelope(request, list_dra_devices(session, filters, cursor=cursor, limit=limit))
 
 

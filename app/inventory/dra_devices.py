@@ -13,9 +13,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, exists, false, func, or_, select
 from sqlalchemy.orm import Session
 
-from app.inventory.cluster_models import DraClaimDevice, DraDevice, DraSlice
+from app.inventory.cluster_models import DraClaimDevice, DraDevice, DraDeviceHealth, DraSlice
 from app.inventory.dra_rules import selector_matches
 from app.inventory.dra_summary import summaries
+from app.inventory.errors import InvalidInput, Problem
+from app.inventory.fields import HEALTH_VALUES, UNKNOWN
 from app.inventory.models import Node
 from app.inventory.pages import Keyset, Page
 
@@ -31,6 +33,8 @@ class DraFilters:
     driver: str | None = None
     pool: str | None = None
     allocated: bool | None = None
+    # Healthy or Unhealthy as last reported; Unknown: nothing reported yet.
+    health: str | None = None
 
 
 def newest_generation() -> ColumnElement[bool]:
@@ -50,6 +54,18 @@ def is_allocated() -> ColumnElement[bool]:
         DraClaimDevice.device == DraDevice.device,
         DraClaimDevice.admin_access.is_(False),
     )
+
+
+def reported_health(health: str | None = None) -> ColumnElement[bool]:
+    """A health report exists for the device (with this health, when given)."""
+    conditions = [
+        DraDeviceHealth.driver == DraDevice.driver,
+        DraDeviceHealth.pool == DraDevice.pool,
+        DraDeviceHealth.device == DraDevice.device,
+    ]
+    if health is not None:
+        conditions.append(DraDeviceHealth.health == health)
+    return exists().where(*conditions)
 
 
 def _selected_by_node(session: Session, node: str) -> ColumnElement[bool]:
@@ -84,6 +100,15 @@ def _conditions(session: Session, filters: DraFilters) -> list[ColumnElement[boo
         conditions.append(DraDevice.driver == filters.driver)
     if filters.pool is not None:
         conditions.append(DraDevice.pool == filters.pool)
+    if filters.health is not None and filters.health not in HEALTH_VALUES:
+        raise InvalidInput(
+            "health is not a health value",
+            [Problem("health", "enum", f"must be one of {', '.join(HEALTH_VALUES)}")],
+        )
+    if filters.health == UNKNOWN:
+        conditions.append(~reported_health())
+    elif filters.health is not None:
+        conditions.append(reported_health(filters.health))
     if filters.allocated is True:
         conditions.append(is_allocated())
     elif filters.allocated is False:

@@ -5,23 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import and_, exists, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.inventory.cluster_models import DraDevice, DraDeviceHealth, DraSlice
-from app.inventory.dra_devices import is_allocated, newest_generation
+from app.inventory.cluster_models import DraDevice, DraSlice
+from app.inventory.dra_devices import is_allocated, newest_generation, reported_health
 from app.inventory.fields import UNHEALTHY
-
-
-def _unhealthy() -> Any:
-    return exists().where(
-        and_(
-            DraDeviceHealth.driver == DraDevice.driver,
-            DraDeviceHealth.pool == DraDevice.pool,
-            DraDeviceHealth.device == DraDevice.device,
-            DraDeviceHealth.health == UNHEALTHY,
-        )
-    )
 
 
 def dra_counts(session: Session) -> dict[str, int]:
@@ -34,8 +23,8 @@ def dra_counts(session: Session) -> dict[str, int]:
 
     devices = count()
     allocated = count(is_allocated())
-    unhealthy = count(_unhealthy())
-    free = count(~is_allocated(), ~_unhealthy())
+    unhealthy = count(reported_health(UNHEALTHY))
+    free = count(~is_allocated(), ~reported_health(UNHEALTHY))
     return {
         "devices": devices,
         "allocated": allocated,

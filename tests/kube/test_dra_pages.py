@@ -96,6 +96,8 @@ def test_dra_pages_show_devices_holders_health_and_pools(
     tabs = listing.one("nav", **{"aria-label": "Kinds of device"})
     assert tabs.one("a", **{"aria-current": "page"}).clean_text == "DRA (ResourceSlices)"
     assert set(_rows(_dom(client, auth, "/dra?allocated=yes"))) == {"gpu-0"}
+    assert set(_rows(_dom(client, auth, "/dra?health=Unhealthy"))) == {"gpu-0"}
+    _dom(client, auth, "/dra?health=Broken", expect=422)
     assert set(_rows(_dom(client, auth, "/dra?driver=nobody.example.com"))) == set()
 
     # The device's own page: health with its source, the holder, the health history.

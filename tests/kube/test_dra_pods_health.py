@@ -181,6 +181,18 @@ def test_claim_device_conditions_set_health_with_history(
     listed = client.get("/api/v1/dra/devices", headers=auth).json()["results"]
     assert listed[0]["health"]["health"] == "Unhealthy"
 
+    def named(query: str) -> list[str]:
+        response = client.get(f"/api/v1/dra/devices?{query}", headers=auth)
+        assert response.status_code == 200, response.text
+        return [d["device"] for d in response.json()["results"]]
+
+    assert named("health=Unhealthy") == ["gpu-0"]
+    assert named("health=Healthy") == []
+    assert named("health=Unknown") == ["gpu-1", "gpu-2", "gpu-3"]
+    bad = client.get("/api/v1/dra/devices?health=Broken", headers=auth)
+    assert bad.status_code == 422
+    assert bad.json()["error"]["details"][0]["field"] == "health"
+
     fake_api.put("resourceclaims", claim("True", "Recovered"))
     page = wait_for(
         lambda: (d := _device(client, auth, "gpu-0"))["health"]["health"] == "Healthy" and d,

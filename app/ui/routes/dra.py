@@ -17,7 +17,8 @@ from app.web.sessions import ReadSession
 router = APIRouter(include_in_schema=False)
 
 ALLOCATED_CHOICES: dict[str, bool | None] = {"": None, "yes": True, "no": False}
-FILTERS = ("node", "driver", "pool", "allocated")
+HEALTH_CHOICES = {"": None, "Healthy": "Healthy", "Unhealthy": "Unhealthy", "Unknown": "Unknown"}
+FILTERS = ("node", "driver", "pool", "allocated", "health")
 
 
 @router.get("/dra", response_class=HTMLResponse)
@@ -28,6 +29,7 @@ def dra_devices(request: Request, viewer: Viewer, session: ReadSession) -> Respo
         driver=form.text("driver"),
         pool=form.text("pool"),
         allocated=form.choice("allocated", ALLOCATED_CHOICES),
+        health=form.choice("health", HEALTH_CHOICES),
     )
     limit = form.page_size()
     cursor = form.cursor()
