@@ -115,8 +115,13 @@ def devices(
     _: Reader,
     clock: QueryClock,
     node: Text = None,
+    node_prefix: Annotated[
+        str | None, Query(max_length=NAME_MAX, description="nodes whose name starts with this")
+    ] = None,
     resource: Annotated[str | None, Query(max_length=RESOURCE_MAX)] = None,
-    health: Annotated[str | None, Query(description="Healthy, Unhealthy or Unknown")] = None,
+    health: Annotated[
+        str | None, Query(description="Healthy, Unhealthy or Unknown, in any letter case")
+    ] = None,
     allocated: Annotated[bool | None, Query(description="true: held by a pod; false: not")] = None,
     namespace: Annotated[str | None, Query(max_length=NAMESPACE_MAX)] = None,
     pod: Text = None,
@@ -125,7 +130,11 @@ def devices(
         str | None, Query(max_length=NAME_MAX, description="substring of the device ID")
     ] = None,
     sort: Annotated[
-        str, Query(description="node, resource, device_id, health or id; '-' for descending")
+        str,
+        Query(
+            description="node, resource, device_id, health, attention (Unhealthy, then "
+            "Unknown, then Healthy), health_since, holder or id; '-' for descending"
+        ),
     ] = "node",
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
@@ -133,6 +142,7 @@ def devices(
 ) -> dict[str, Any] | Response:
     filters = DeviceFilters(
         node=node,
+        node_prefix=node_prefix,
         resource=resource,
         health=health,
         allocated=allocated,

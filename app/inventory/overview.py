@@ -214,6 +214,11 @@ def group_devices_by_resource_and_numa(devices: list[dict[str, Any]]) -> list[di
     return result
 
 
+def node_names(session: Session, limit: int = 500) -> list[str]:
+    """Node names in order, for a filter's type-ahead."""
+    return list(session.scalars(select(Node.name).order_by(Node.name).limit(limit)))
+
+
 def resource_names(session: Session, limit: int = 500) -> list[str]:
     """Every resource name that has or had a device, for filter drop-downs."""
     return list(

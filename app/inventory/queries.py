@@ -7,7 +7,7 @@ Every list is ordered by a unique key and paged with keyset cursors.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -74,6 +74,7 @@ def _sort_spec(sort: str, allowed: dict[str, Any]) -> tuple[str, bool]:
 @dataclass(frozen=True)
 class DeviceFilters:
     node: str | None = None
+    node_prefix: str | None = None
     resource: str | None = None
     health: str | None = None
     allocated: bool | None = None
@@ -88,6 +89,11 @@ def _current_allocation_of_device() -> Any:
 
 
 def _device_conditions(filters: DeviceFilters, clock: Freshness) -> list[ColumnElement[bool]]:
+    filters = replace(
+        filters,
+        health=canonical_choice(filters.health, HEALTH_VALUES),
+        state=canonical_choice(filters.state, STATE_VALUES) or PRESENT,
+    )
     if filters.health is not None and filters.health not in HEALTH_VALUES:
         raise _invalid("health", "enum", f"must be one of {', '.join(HEALTH_VALUES)}")
     if filters.state not in STATE_VALUES:
@@ -97,6 +103,8 @@ def _device_conditions(filters: DeviceFilters, clock: Freshness) -> list[ColumnE
         conditions.append(Device.state == filters.state)
     if filters.node is not None:
         conditions.append(Node.name == filters.node)
+    if filters.node_prefix:
+        conditions.append(Node.name.startswith(filters.node_prefix, autoescape=True))
     if filters.resource is not None:
         conditions.append(Device.resource == filters.resource)
     if filters.health is not None:
@@ -117,13 +125,44 @@ def _device_conditions(filters: DeviceFilters, clock: Freshness) -> list[ColumnE
     return conditions
 
 
+def _attention(health: ColumnElement[str]) -> ColumnElement[int]:
+    """Unhealthy first, then Unknown, then Healthy: the order an operator reads them in."""
+    return case((health == UNHEALTHY, 0), (health == UNKNOWN, 1), else_=2)
+
+
+def _holder() -> Any:
+    """ "namespace/pod" of the device's current holder, "" when it is free."""
+    held_by = (
+        select(func.min(Allocation.namespace + "/" + Allocation.pod))
+        .where(Allocation.device_pk == Device.id, Allocation.ended.is_(None))
+        .scalar_subquery()
+    )
+    return func.coalesce(held_by, "")
+
+
 DEVICE_SORTS: dict[str, Any] = {
     "node": lambda h: [Node.name, Device.resource, Device.device_id, Device.id],
     "resource": lambda h: [Device.resource, Node.name, Device.device_id, Device.id],
     "device_id": lambda h: [Device.device_id, Device.id],
     "health": lambda h: [h, Node.name, Device.resource, Device.device_id, Device.id],
+    "attention": lambda h: [_attention(h), Node.name, Device.resource, Device.device_id, Device.id],
+    "health_since": lambda h: [
+        func.coalesce(Device.health_changed_at, Device.first_seen),
+        Device.id,
+    ],
+    "holder": lambda h: [_holder(), Node.name, Device.resource, Device.device_id, Device.id],
     "id": lambda h: [Device.id],
 }
+
+
+def canonical_choice(value: str | None, choices: tuple[str, ...]) -> str | None:
+    """The choice `value` names, whatever its letter case ("unhealthy" is Unhealthy)."""
+    if value is None:
+        return None
+    for choice in choices:
+        if choice.lower() == value.lower():
+            return choice
+    return value
 
 
 def list_devices(

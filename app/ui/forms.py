@@ -52,6 +52,8 @@ class Form:
 
     def choice(self, name: str, choices: dict[str, Any], default: str = "") -> Any:
         raw = self.params.get(name, default).strip() or default
+        # Values match whatever their letter case: ?health=unhealthy is Unhealthy.
+        raw = next((key for key in choices if key.lower() == raw.lower()), raw)
         if raw not in choices:
             self.values[name] = default
             allowed = ", ".join(repr(c) for c in choices if c) or "nothing"

@@ -25,6 +25,7 @@ from app.ui.security import CSRF_FIELD, csrf_token, set_csrf_cookie
 from app.web.state import service_state
 
 LIVE_TARGET = "live"
+HISTORY_HEADER = "devicedeck-history"
 VARY = "HX-Request, HX-Target, HX-History-Restore-Request"
 PAGE_HEADERS = {"Vary": VARY, "Cache-Control": "no-store"}
 
@@ -112,7 +113,11 @@ def respond(request: Request, principal: Principal, view: View) -> Response:
             # page (its trigger's id ends in -loader) does not.
             loader = request.headers.get("hx-trigger", "").endswith("-loader")
             if view.canonical is not None and view.status < 400 and not loader:
-                response.headers["HX-Push-Url"] = view.canonical
+                # Typing on in the same box (the script says so) replaces the history entry
+                # its first keystroke added, so Back leaves the search instead of untyping it.
+                typing_on = request.headers.get(HISTORY_HEADER) == "replace"
+                history = "HX-Replace-Url" if typing_on else "HX-Push-Url"
+                response.headers[history] = view.canonical
             return response
     return full_page(request, env, view.template, context, view.regions, view.status)
 

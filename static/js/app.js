@@ -189,6 +189,23 @@
       pulseTimer = window.setTimeout(function () { setLive("open", "Live"); }, 700);
     });
 
+    // Keystrokes in one text box within a few seconds of each other are one edit: the first
+    // adds a history entry, the rest replace it (the server answers HX-Replace-Url).
+    var typing = { input: null, at: 0 };
+    document.body.addEventListener("htmx:configRequest", function (event) {
+      var trigger = event.detail.triggeringEvent;
+      var input = trigger && trigger.type === "input" ? trigger.target : null;
+      if (!input || input.tagName !== "INPUT") {
+        typing = { input: null, at: 0 };
+        return;
+      }
+      var now = Date.now();
+      if (typing.input === input && now - typing.at < 5000) {
+        event.detail.headers["Devicedeck-History"] = "replace";
+      }
+      typing = { input: input, at: now };
+    });
+
     document.body.addEventListener("htmx:beforeSwap", function (event) {
       if (event.detail.elt && event.detail.elt.id === "live") {
         liveSwapAt = Date.now();

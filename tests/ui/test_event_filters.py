@@ -40,3 +40,26 @@ def test_export_links_give_the_rows_the_page_shows(pages: Pages, ingest: Ingest)
     link = devices.by_id("device-results").one("a", class_="btn btn-quiet export")
     exported = list(csv.DictReader(io.StringIO(pages.get(link.attrs["href"]).text)))
     assert [(r["node"], r["device_id"]) for r in exported] == [("node-a", "gpu-2")]
+
+
+def test_devices_node_prefix_case_insensitive_values_and_new_sorts(
+    pages: Pages, ingest: Ingest
+) -> None:
+    typical_cluster(ingest)
+    page = pages.dom("/devices?node=node&health=unhealthy")
+    assert [o.attrs["value"] for o in page.by_id("node-names").find_all("option")] == [
+        "node-a",
+        "node-b",
+    ]
+    rows = row_texts(page.by_id("device-results").one("table"))
+    assert len(rows) == 1 and rows[0].startswith("gpu-2")
+    selected = [o for o in page.by_id("f-health").find_all("option") if "selected" in o.attrs]
+    assert [o.attrs["value"] for o in selected] == ["Unhealthy"]
+    exact = pages.dom("/devices?node=node-b").by_id("device-results").one("table")
+    assert len(row_texts(exact)) == 2
+    headers = pages.dom("/devices").by_id("device-results").find_all("a", class_="sort")
+    assert {a.clean_text.rstrip("↕▲▼") for a in headers} >= {"Held by", "Health since", "Health"}
+    first = row_texts(pages.dom("/devices?sort=attention").by_id("device-results").one("table"))
+    assert first[0].startswith("gpu-2")
+    held_first = pages.dom("/devices?sort=-holder").by_id("device-results").one("table")
+    assert "web/idle" not in row_texts(held_first)[0] and "ml/trainer-1" in row_texts(held_first)[0]

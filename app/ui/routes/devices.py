@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, Response
 from app.inventory.errors import NotFound
 from app.inventory.fields import HEALTH_VALUES, NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
-from app.inventory.overview import resource_names
+from app.inventory.overview import node_names, resource_names
 from app.inventory.queries import DeviceFilters, get_device, list_devices
 from app.ui.access import Viewer
 from app.ui.forms import Form
@@ -21,7 +21,7 @@ from app.web.sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 
-SORT_KEYS = ("node", "resource", "device_id", "health")
+SORT_KEYS = ("node", "resource", "device_id", "health", "attention", "health_since", "holder")
 SORTS = {key: key for key in SORT_KEYS} | {f"-{key}": f"-{key}" for key in SORT_KEYS}
 HEALTH_CHOICES = {"": None} | {value: value for value in HEALTH_VALUES}
 ALLOCATED_CHOICES: dict[str, bool | None] = {"": None, "yes": True, "no": False}
@@ -33,8 +33,13 @@ DEVICE_EVENTS = 30
 @router.get("/devices", response_class=HTMLResponse)
 def devices(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock) -> Response:
     form = Form(request.query_params)
+    nodes = node_names(session)
+    node = form.text("node")
+    # A node's whole name picks that node; anything else is the start of names ("gpu").
+    exact = node in nodes
     filters = DeviceFilters(
-        node=form.text("node"),
+        node=node if exact else None,
+        node_prefix=None if exact else node,
         resource=form.text("resource", RESOURCE_MAX),
         health=form.choice("health", HEALTH_CHOICES),
         allocated=form.choice("allocated", ALLOCATED_CHOICES),
@@ -60,6 +65,7 @@ def devices(request: Request, viewer: Viewer, session: ReadSession, clock: Query
         state=state,
         cursor=cursor,
         resources=resource_names(session),
+        nodes=nodes,
         sort=sort,
         export=export_url("/api/v1/devices", filters, sort=sort),
         filtered=any(state[name] for name in FILTERS),

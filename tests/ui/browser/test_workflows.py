@@ -206,3 +206,31 @@ def test_api_docs_render_without_internet_access(
 
     run_in_browser(database_url, session_factory, steps)
     assert outside == []
+
+
+def test_typing_filters_keeps_one_history_entry_per_box(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    async def steps(page: Page, base: str) -> None:
+        await page.goto(base + "/devices")
+        rows = page.locator("#device-results tbody tr")
+        await page.get_by_label("Node").press_sequentially("gpu-node-0", delay=120)
+        await expect(page).to_have_url(re.compile(r"node=gpu-node-0$"))
+        await expect(rows).to_have_count(39)  # a prefix: every node, GPUs and QAT devices
+        await page.get_by_label("Device ID contains").press_sequentially("GPU-02", delay=120)
+        await expect(page).to_have_url(re.compile(r"q=GPU-02"))
+        await expect(rows).to_have_count(8)
+        await page.get_by_role("link", name="Health since").click()
+        await expect(page).to_have_url(re.compile(r"sort=health_since"))
+        # Back undoes one thing at a time: the sort, the device ID typed, the node typed.
+        await page.go_back()
+        await expect(page).to_have_url(re.compile(r"node=gpu-node-0&q=GPU-02$"))
+        await page.go_back()
+        await expect(page).to_have_url(re.compile(r"/devices\?node=gpu-node-0$"))
+        await expect(page.get_by_label("Device ID contains")).to_have_value("")
+        await page.go_back()
+        await expect(page).to_have_url(base + "/devices")
+        await expect(rows).to_have_count(39)
+
+    seen = run_in_browser(database_url, session_factory, steps)
+    assert seen.problems == []
