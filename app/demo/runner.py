@@ -35,13 +35,13 @@ from app.demo.topology import (
     sim_dra_driver_args,
     sim_node_args,
 )
-from app.sim.apiserver.server import url_host
+from app.sim.apiserver.server import url_host, write_kubeconfig
+from app.sim.apiserver.store import Store
 
 READY_TIMEOUT_SECONDS = 60.0
 AGENT_TOKEN_NAME = "demo-agents"
 # The API server stops last: the service and the nodes talk to it until they are gone.
 TIER_CLUSTER, TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2, 3
-CLUSTER_TIMEOUT_SECONDS = 30.0
 # Ctrl-C, a polite kill, or the terminal closing: all stop the demo cleanly.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -179,6 +179,14 @@ def advertise_command(cluster_url: str, node: str) -> str:
     )
 
 
+def _free_loopback_port() -> int:
+    # The API server binds it a moment later; another process taking it in between would
+    # make the server exit, which the demo reports like any child failing.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def kubeconfig_server(path: Path) -> str:
     """The server URL of a kubeconfig's first cluster."""
     import yaml
@@ -249,15 +257,28 @@ class Demo:
         self.stop_requested.set()
 
     def _start_cluster(self, children: Children) -> str:
-        """Start the simulated API server; its URL once it has written the kubeconfig."""
+        """Start the simulated API server, and return its URL at once.
+
+        The kubeconfig is written here, before the server runs (its admin token is read from,
+        or created in, the server's state), so the service and the nodes start together with
+        it rather than after it; they retry until it answers."""
         layout = self.layout
-        layout.kubeconfig.unlink(missing_ok=True)
-        apiserver = children.start(
+        try:
+            token = Store(layout.cluster_dir).admin_token
+        except (OSError, ValueError, KeyError) as e:
+            raise DemoError(
+                f"cannot use the cluster state in {layout.cluster_dir}: {e}; move it away to "
+                "start the simulated cluster afresh"
+            ) from e
+        port = _free_loopback_port()
+        url = f"http://127.0.0.1:{port}"
+        write_kubeconfig(layout.kubeconfig, url, token)
+        children.start(
             "sim-apiserver",
             [
                 "sim-apiserver",
                 "--port",
-                "0",
+                str(port),
                 "--data-dir",
                 str(layout.cluster_dir),
                 "--kubeconfig-out",
@@ -266,18 +287,7 @@ class Demo:
             layout.logs_dir / "sim-apiserver.log",
             TIER_CLUSTER,
         )
-        wait_for(
-            lambda: (
-                layout.kubeconfig.exists() or self.stop_requested.is_set() or not apiserver.running
-            ),
-            CLUSTER_TIMEOUT_SECONDS,
-        )
-        if not layout.kubeconfig.exists():
-            if self.stop_requested.is_set():
-                return ""
-            _describe_failure(apiserver, self.out)
-            raise DemoError(f"the simulated API server did not start; see {apiserver.log_path}")
-        return kubeconfig_server(layout.kubeconfig)
+        return url
 
     def _supervise(self, children: Children) -> int:
         layout = self.layout
@@ -285,8 +295,6 @@ class Demo:
             return 0
         logs = layout.logs_dir
         self.cluster_url = self._start_cluster(children)
-        if self.stop_requested.is_set():
-            return 0
         children.start(
             "service",
             ["serve", "--host", self.host, "--port", str(self.port), "--no-migrate"],

@@ -133,22 +133,24 @@ class SimApiServer:
     ) -> None:
         self.stop()
 
-    def kubeconfig(self, server_url: str | None = None) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": CLUSTER_NAME, "cluster": {"server": server_url or self.url}}],
-            "users": [{"name": USER_NAME, "user": {"token": self.store.admin_token}}],
-            "contexts": [
-                {"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": USER_NAME}}
-            ],
-            "current-context": CLUSTER_NAME,
-        }
-
     def write_kubeconfig(self, path: Path | str, server_url: str | None = None) -> Path:
-        """Write a kubeconfig (mode 0600: it holds the admin token) for kubectl, curl and
-        the service."""
-        path = Path(path)
-        atomic_write_text(path, yaml.safe_dump(self.kubeconfig(server_url), sort_keys=False))
-        os.chmod(path, 0o600)
-        return path
+        return write_kubeconfig(path, server_url or self.url, self.store.admin_token)
+
+
+def write_kubeconfig(path: Path | str, server_url: str, token: str) -> Path:
+    """Write a kubeconfig (mode 0600: it holds the admin token) for kubectl, curl and the
+    service."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CLUSTER_NAME, "cluster": {"server": server_url}}],
+        "users": [{"name": USER_NAME, "user": {"token": token}}],
+        "contexts": [
+            {"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": USER_NAME}}
+        ],
+        "current-context": CLUSTER_NAME,
+    }
+    path = Path(path)
+    atomic_write_text(path, yaml.safe_dump(config, sort_keys=False))
+    os.chmod(path, 0o600)
+    return path
