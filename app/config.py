@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import string
 from enum import StrEnum
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,6 +40,9 @@ class KubeMode(StrEnum):
     KUBECONFIG = "kubeconfig"
 
 
+LINK_FIELDS = {"node", "resource", "device_id"}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DEVICEDECK_", extra="ignore")
 
@@ -63,6 +67,29 @@ class Settings(BaseSettings):
     kube: KubeMode = Field(default=KubeMode.OFF)
     kubeconfig: str | None = Field(default=None)
     kube_resync: float = Field(default=300.0, gt=0)
+    device_link_template: str | None = Field(
+        default=None,
+        description="a link shown on each device's page, e.g. to a Grafana board: an http(s) "
+        "URL with {node}, {resource} and {device_id} in it",
+    )
+
+    @field_validator("device_link_template")
+    @classmethod
+    def _link_template(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if not value.startswith(("https://", "http://")):
+            raise ValueError("must be an http:// or https:// URL")
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        except ValueError as e:
+            raise ValueError(f"is not a template: {e}") from e
+        if not names <= LINK_FIELDS:
+            unknown = ", ".join(sorted(names - LINK_FIELDS))
+            raise ValueError(
+                f"may use only {{node}}, {{resource}} and {{device_id}}, not {unknown}"
+            )
+        return value
 
 
 def load_settings() -> Settings:

@@ -212,6 +212,18 @@
       }
     });
 
+    // Copy buttons next to ready-made commands.
+    document.addEventListener("click", function (event) {
+      var button = event.target.closest ? event.target.closest("[data-copy]") : null;
+      if (!button || !navigator.clipboard) {
+        return;
+      }
+      navigator.clipboard.writeText(button.getAttribute("data-copy")).then(function () {
+        button.textContent = "Copied";
+        window.setTimeout(function () { button.textContent = "Copy"; }, 1500);
+      });
+    });
+
     document.addEventListener("keydown", function (event) {
       if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) {
         return;

@@ -13,6 +13,7 @@ from app.inventory.history import EventFilters, list_events
 from app.inventory.overview import node_names, resource_names
 from app.inventory.queries import DeviceFilters, get_device, list_devices
 from app.ui.access import Viewer
+from app.ui.actions import device_commands, device_link
 from app.ui.forms import Form
 from app.ui.lists import export_url, list_view, run_list_query
 from app.ui.render import View, render_error, respond
@@ -93,6 +94,8 @@ def device(
     events = list_events(session, EventFilters(device=detail["id"]), limit=DEVICE_EVENTS).items
     context: dict[str, Any] = {
         "device": detail,
+        "commands": device_commands(detail),
+        "link_out": device_link(request.app.state.settings.device_link_template, detail),
         "events": events,
         "timeline": timeline(
             detail["first_seen"], clock.now, detail["health_history"], detail["allocation_history"]

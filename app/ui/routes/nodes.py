@@ -20,6 +20,7 @@ from app.inventory.overview import (
 )
 from app.inventory.queries import NodeFilters, get_node, list_nodes
 from app.ui.access import Viewer
+from app.ui.actions import node_commands
 from app.ui.forms import Form
 from app.ui.lists import list_view, run_list_query
 from app.ui.render import View, render_error, respond
@@ -98,6 +99,7 @@ def node(
         "node": detail,
         "groups": groups,
         "holders": pods_holding(devices),
+        "commands": node_commands(name),
         # The same rows as the API's: one rule tells plugin-backed from hand-advertised.
         "manual": detail["manual_extended_resources"],
         "kube": {

@@ -38,10 +38,13 @@ def run_in_browser(
     steps: Steps,
     viewport: tuple[int, int] = (1280, 800),
     timezone: str = "UTC",
+    settings_changes: dict[str, Any] | None = None,
 ) -> Browser:
     """Seeds the demo cluster, serves it, and runs `steps` in a fresh Chromium page."""
     seed_cluster(session_factory, utcnow(), nodes=4)
-    settings = Settings(database_url=database_url, auth=AuthMode.OFF, stale_after=3600)
+    settings = Settings(
+        database_url=database_url, auth=AuthMode.OFF, stale_after=3600, **(settings_changes or {})
+    )
 
     async def drive(base: str) -> Browser:
         async with async_playwright() as playwright:
@@ -50,7 +53,9 @@ def run_in_browser(
             )
             try:
                 context = await chromium.new_context(
-                    viewport={"width": viewport[0], "height": viewport[1]}, timezone_id=timezone
+                    viewport={"width": viewport[0], "height": viewport[1]},
+                    timezone_id=timezone,
+                    permissions=["clipboard-read", "clipboard-write"],
                 )
                 page = await context.new_page()
                 seen = Browser(page)
@@ -233,4 +238,38 @@ def test_typing_filters_keeps_one_history_entry_per_box(
         await expect(rows).to_have_count(39)
 
     seen = run_in_browser(database_url, session_factory, steps)
+    assert seen.problems == []
+
+
+def test_operator_copies_kubectl_commands_and_follows_the_device_link(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    failing = gpu_id(2, 3)
+    template = "https://grafana.example/d/gpu?var-node={node}&var-uuid={device_id}&r={resource}"
+
+    async def steps(page: Page, base: str) -> None:
+        await page.goto(base + "/nodes/gpu-node-02")
+        drain = "kubectl drain gpu-node-02 --ignore-daemonsets --delete-emptydir-data"
+        await expect(page.locator(".commands")).to_contain_text(drain)
+        await page.get_by_role("button", name="Copy: kubectl cordon gpu-node-02").click()
+        copied = await page.evaluate("navigator.clipboard.readText()")
+        assert copied == "kubectl cordon gpu-node-02"
+        await page.goto(base + f"/devices?q={failing}")
+        await page.get_by_role("link", name=failing).click()
+        await expect(page.locator(".commands")).to_contain_text(
+            "kubectl describe pod trainer-2-22-3 -n ml-training"
+        )
+        link = page.get_by_role("link", name="Open elsewhere")
+        expected = (
+            f"https://grafana.example/d/gpu?var-node=gpu-node-02&var-uuid={failing}"
+            "&r=nvidia.com%2Fgpu"
+        )
+        await expect(link).to_have_attribute("href", expected)
+
+    seen = run_in_browser(
+        database_url,
+        session_factory,
+        steps,
+        settings_changes={"device_link_template": template},
+    )
     assert seen.problems == []
