@@ -176,6 +176,16 @@
     newestSeen = newestIn(document);
     formatTimes(document);
     window.setInterval(function () { formatTimes(document); }, 15000);
+    // On a phone the filters would fill the first screen: they start folded away there.
+    if (window.matchMedia && window.matchMedia("(max-width: 600px)").matches) {
+      var folds = document.querySelectorAll("details.filters-fold");
+      for (var f = 0; f < folds.length; f++) {
+        var active = folds[f].querySelector("input[value]:not([value='']):not([type=hidden]), select:not([name=limit]) option[selected]:not([value=''])");
+        if (!active) {
+          folds[f].open = false;
+        }
+      }
+    }
     var zoneButton = document.getElementById("zone-switch");
     if (zoneButton) {
       zoneButton.addEventListener("click", switchZone);

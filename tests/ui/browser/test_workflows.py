@@ -273,3 +273,26 @@ def test_operator_copies_kubectl_commands_and_follows_the_device_link(
         settings_changes={"device_link_template": template},
     )
     assert seen.problems == []
+
+
+def test_on_a_phone_devices_and_pods_are_cards_and_filters_fold_away(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    async def steps(page: Page, base: str) -> None:
+        for path, table in (("/devices", "#device-results"), ("/pods", "#pod-results")):
+            await page.goto(base + path)
+            await expect(page.locator("details.filters-fold")).not_to_have_attribute("open", "")
+            await expect(page.locator("form.filters")).to_be_hidden()
+            await expect(page.locator(f"{table} thead").first).to_be_hidden()
+            width = await page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, (path, width)
+        # Every device card shows its health inside the screen.
+        health = page.locator("#device-results td[data-label=Health]")
+        await page.goto(base + "/devices")
+        box = await health.first.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= 390
+        await page.locator("summary", has_text="Filters").click()
+        await expect(page.get_by_label("Health")).to_be_visible()
+
+    seen = run_in_browser(database_url, session_factory, steps, viewport=(390, 844))
+    assert seen.problems == []
