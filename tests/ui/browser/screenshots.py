@@ -26,6 +26,8 @@ SHOTS = {
     "overview-dark.png": ("/", "dark"),
     "node.png": ("/nodes/gpu-node-02", "light"),
     "devices.png": ("/devices?resource=nvidia.com/gpu", "light"),
+    "pod.png": ("/pods/ml-training/trainer-2-22-3", "light"),
+    "events.png": ("/events?since=6h", "light"),
 }
 
 
