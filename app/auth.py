@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.inventory.errors import InvalidInput, NotFound, Problem
+from app.inventory.errors import DomainError, InvalidInput, NotFound, Problem
 from app.inventory.models import ApiToken
 
 SCOPES = ("read", "ingest", "admin")
@@ -26,16 +26,46 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a token's name and scopes, or the local demo user when auth is off."""
+    """Who is calling: a token's name and scopes, or the local demo user when auth is off.
+
+    `node` is the one node an ingest credential may write; `all_nodes` lets it write any.
+    An admin may write any node, as it may create a token that does."""
 
     name: str
     scopes: frozenset[str]
+    node: str | None = None
+    all_nodes: bool = False
+    anonymous: bool = False
 
     def has(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
 
+    def may_write_node(self, node: str) -> bool:
+        return self.all_nodes or "admin" in self.scopes or self.anonymous or self.node == node
 
-ANONYMOUS_ADMIN = Principal(name="anonymous (auth off)", scopes=frozenset(SCOPES))
+    def actor_for_node(self, node: str) -> str:
+        """Who the events of a snapshot for `node` credit: the credential and the node; with
+        auth off, the node's agent, which is all the service knows of the sender."""
+        return f"agent@{node}" if self.anonymous else f"{self.name}@{node}"
+
+
+ANONYMOUS_ADMIN = Principal(name="anonymous (auth off)", scopes=frozenset(SCOPES), anonymous=True)
+
+
+class NodeMismatch(DomainError):
+    """A snapshot for a node other than the one the credential is bound to."""
+
+    code = "node_mismatch"
+    status = 403
+
+
+def check_node(principal: Principal, node: str) -> None:
+    if not principal.may_write_node(node):
+        raise NodeMismatch(
+            f"this credential writes node {principal.node!r} only; "
+            f"the snapshot is for node {node!r}",
+            [Problem("node", "bound_node", f"must be {principal.node!r}, the credential's node")],
+        )
 
 
 def hash_token(token: str) -> str:
@@ -43,9 +73,15 @@ def hash_token(token: str) -> str:
 
 
 def create_token(
-    session: Session, name: str, scopes: list[str], now: datetime
+    session: Session,
+    name: str,
+    scopes: list[str],
+    now: datetime,
+    *,
+    node: str | None = None,
+    all_nodes: bool = False,
 ) -> tuple[ApiToken, str]:
-    problems = []
+    problems = _binding_problems(scopes, node, all_nodes)
     if not name or len(name) > 100:
         problems.append(Problem("name", "length", "must be 1 to 100 characters"))
     elif not name.isprintable():
@@ -68,11 +104,41 @@ def create_token(
         name=name,
         token_hash=hash_token(plaintext),
         scopes=sorted(set(scopes)),
+        node=node,
+        all_nodes=all_nodes,
         created_at=now,
     )
     session.add(token)
     session.flush()
     return token, plaintext
+
+
+def _binding_problems(scopes: list[str], node: str | None, all_nodes: bool) -> list[Problem]:
+    """An ingest token names the node it writes, or all nodes on purpose: a token that can
+    rewrite the whole fleet must never be made by leaving a flag out."""
+    if node is not None and all_nodes:
+        return [Problem("node", "exclusive", "give node or all_nodes, not both")]
+    if node is not None and (not node or len(node) > 253 or not node.isprintable()):
+        return [Problem("node", "length", "must be 1 to 253 printable characters")]
+    if "ingest" in scopes and node is None and not all_nodes:
+        return [
+            Problem(
+                "node",
+                "required",
+                "an ingest token needs node (--node NODE) or all_nodes (--all-nodes)",
+            )
+        ]
+    if "ingest" not in scopes and (node is not None or all_nodes):
+        return [Problem("node", "ingest_only", "only an ingest token is bound to nodes")]
+    return []
+
+
+def describe_binding(token: ApiToken) -> str:
+    if token.node is not None:
+        return f"node {token.node}"
+    if token.all_nodes:
+        return "all nodes"
+    return "-"
 
 
 def list_tokens(session: Session) -> list[ApiToken]:
@@ -105,7 +171,12 @@ def authenticate(session: Session, plaintext: str, now: datetime) -> Authenticat
         return None
     touch = token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION
     return Authentication(
-        principal=Principal(name=token.name, scopes=frozenset(token.scopes)),
+        principal=Principal(
+            name=token.name,
+            scopes=frozenset(token.scopes),
+            node=token.node,
+            all_nodes=token.all_nodes,
+        ),
         token_id=token.id,
         touch=touch,
     )

@@ -35,6 +35,15 @@ def register(subparsers: Any) -> None:
         choices=["read", "ingest", "admin"],
         help="repeat for several scopes",
     )
+    binding = create.add_mutually_exclusive_group()
+    binding.add_argument(
+        "--node", help="for an ingest token: the one node whose snapshots it may send"
+    )
+    binding.add_argument(
+        "--all-nodes",
+        action="store_true",
+        help="for an ingest token: may send every node's snapshots (a fleet-wide credential)",
+    )
     create.set_defaults(func=run_token_create)
     listing = token_commands.add_parser("list", help="list tokens (never their secrets)")
     listing.set_defaults(func=run_token_list)
@@ -102,33 +111,40 @@ def _factory() -> Iterator[Any]:
 
 
 def run_token_create(args: argparse.Namespace) -> int:
-    from app.auth import create_token
+    from app.auth import create_token, describe_binding
     from app.clock import utcnow
     from app.db import write_session
     from app.inventory.errors import InvalidInput
 
     try:
         with _factory() as factory, write_session(factory) as session:
-            token, plaintext = create_token(session, args.name, args.scope, utcnow())
+            token, plaintext = create_token(
+                session, args.name, args.scope, utcnow(), node=args.node, all_nodes=args.all_nodes
+            )
             scopes = ",".join(token.scopes)
+            binding = describe_binding(token)
     except InvalidInput as e:
         for problem in e.problems:
             print(f"error: {problem.field}: {problem.message}", file=sys.stderr)
         return 2
-    print(f"created token {args.name!r} with scopes {scopes}; it is shown only now:")
+    bound = "" if binding == "-" else f", writing {binding}"
+    print(f"created token {args.name!r} with scopes {scopes}{bound}; it is shown only now:")
     print(plaintext)
     return 0
 
 
 def run_token_list(_args: argparse.Namespace) -> int:
-    from app.auth import list_tokens
+    from app.auth import describe_binding, list_tokens
 
     with _factory() as factory, factory() as session:
         tokens = list_tokens(session)
-        print(f"{'NAME':<24} {'SCOPES':<20} {'CREATED':<26} {'LAST USED':<26} REVOKED")
+        print(
+            f"{'NAME':<24} {'SCOPES':<20} {'WRITES':<24} {'CREATED':<26} {'LAST USED':<26} REVOKED"
+        )
         for t in tokens:
             print(
-                f"{t.name:<24} {','.join(t.scopes):<20} {t.created_at.isoformat():<26} "
+                f"{t.name:<24} {','.join(t.scopes):<20} {describe_binding(t):<24} "
+                f"{t.created_at.isoformat():<26} "
                 f"{t.last_used_at.isoformat() if t.last_used_at else '-':<26} "
                 f"{t.revoked_at.isoformat() if t.revoked_at else '-'}"
             )

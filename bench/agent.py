@@ -97,7 +97,8 @@ def run(seconds: float, devices: int, pods: int, changes: int, workdir: Path) ->
 
     def token(name: str, scope: str) -> str:
         made = subprocess.run(
-            [*DEVICEDECK, "token", "create", "--name", name, "--scope", scope],
+            [*DEVICEDECK, "token", "create", "--name", name, "--scope", scope]
+            + (["--all-nodes"] if scope == "ingest" else []),
             env=env,
             check=True,
             cwd=ROOT,

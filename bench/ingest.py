@@ -66,7 +66,18 @@ def migrate_and_create_token(env: dict[str, str], checkout: Path) -> str:
     ingest and read scopes."""
     subprocess.run([*DEVICEDECK, "migrate"], env=env, check=True, cwd=checkout, capture_output=True)
     made = subprocess.run(
-        [*DEVICEDECK, "token", "create", "--name", "bench", "--scope", "ingest", "--scope", "read"],
+        [
+            *DEVICEDECK,
+            "token",
+            "create",
+            "--name",
+            "bench",
+            "--scope",
+            "ingest",
+            "--scope",
+            "read",
+            "--all-nodes",
+        ],
         env=env,
         check=True,
         cwd=checkout,

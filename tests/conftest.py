@@ -123,10 +123,16 @@ MakeToken = Callable[..., str]
 def make_token(session_factory: sessionmaker[Session]) -> MakeToken:
     counter = iter(range(1_000_000))
 
-    def make(*scopes: str, name: str | None = None) -> str:
+    def make(*scopes: str, name: str | None = None, node: str | None = None) -> str:
+        """An ingest token is bound to `node`, or without one writes every node."""
         with write_session(session_factory) as session:
             _, plaintext = create_token(
-                session, name or f"token-{next(counter)}", list(scopes), utcnow()
+                session,
+                name or f"token-{next(counter)}",
+                list(scopes),
+                utcnow(),
+                node=node,
+                all_nodes=node is None and "ingest" in scopes,
             )
         return plaintext
 

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel
 
 from app.api.models import NOT_JSON, ErrorOut
+from app.auth import check_node
 from app.inventory.errors import DomainError
 from app.inventory.ingest import IngestResult, SnapshotIngest
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
@@ -20,7 +21,11 @@ router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
 
 INGEST_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
-    403: {"model": ErrorOut, "description": "the token lacks the ingest scope"},
+    403: {
+        "model": ErrorOut,
+        "description": "the token lacks the ingest scope, or is bound to another node "
+        "(code node_mismatch); nothing was changed",
+    },
     409: {
         "model": ErrorOut,
         "description": "an older seq of the same boot, or a seq reused with other content",
@@ -139,11 +144,13 @@ async def ingest_listandwatch(
         ),
     ],
 ) -> Response:
+    check_node(principal, snapshot.node)
+    actor = principal.actor_for_node(snapshot.node)
     body_bytes = _body_bytes(request)
     return await _ingest(
         request,
         "listandwatch",
-        lambda ingest: ingest.listandwatch(snapshot, actor=principal.name, body_bytes=body_bytes),
+        lambda ingest: ingest.listandwatch(snapshot, actor=actor, body_bytes=body_bytes),
     )
 
 
@@ -165,9 +172,11 @@ async def ingest_podresources(
         ),
     ],
 ) -> Response:
+    check_node(principal, snapshot.node)
+    actor = principal.actor_for_node(snapshot.node)
     body_bytes = _body_bytes(request)
     return await _ingest(
         request,
         "podresources",
-        lambda ingest: ingest.podresources(snapshot, actor=principal.name, body_bytes=body_bytes),
+        lambda ingest: ingest.podresources(snapshot, actor=actor, body_bytes=body_bytes),
     )

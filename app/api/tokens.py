@@ -31,6 +31,8 @@ router = APIRouter(
 class TokenOut(BaseModel):
     name: str
     scopes: list[str]
+    node: str | None = Field(description="the one node an ingest token may write")
+    all_nodes: bool = Field(description="whether an ingest token may write every node")
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
@@ -39,6 +41,12 @@ class TokenOut(BaseModel):
 class NewToken(BaseModel):
     name: str = Field(min_length=1, max_length=100)
     scopes: list[str] = Field(min_length=1, max_length=3)
+    node: str | None = Field(
+        default=None, description="for an ingest token: the node whose snapshots it may send"
+    )
+    all_nodes: bool = Field(
+        default=False, description="for an ingest token: may send any node's snapshots"
+    )
 
 
 class CreatedToken(TokenOut):
@@ -49,6 +57,8 @@ def _token_out(token: ApiToken) -> dict[str, Any]:
     return {
         "name": token.name,
         "scopes": list(token.scopes),
+        "node": token.node,
+        "all_nodes": token.all_nodes,
         "created_at": token.created_at,
         "last_used_at": token.last_used_at,
         "revoked_at": token.revoked_at,
@@ -66,12 +76,17 @@ def tokens(request: Request, session: ReadSession, _: Admin) -> dict[str, Any]:
     "",
     response_model=CreatedToken,
     status_code=201,
-    responses={422: {"model": ErrorOut, "description": "bad name or scope"}, **NOT_JSON},
+    responses={
+        422: {"model": ErrorOut, "description": "bad name, scope or node binding"},
+        **NOT_JSON,
+    },
     summary="Create a token; the response is the only time its secret is shown",
 )
 def create(factory: SessionFactory, _: Admin, body: Annotated[NewToken, Body()]) -> dict[str, Any]:
     with write_session(factory) as session:
-        token, plaintext = create_token(session, body.name, body.scopes, utcnow())
+        token, plaintext = create_token(
+            session, body.name, body.scopes, utcnow(), node=body.node, all_nodes=body.all_nodes
+        )
         return {**_token_out(token), "token": plaintext}
 
 

@@ -52,6 +52,12 @@ def register(subparsers: Any) -> None:
         choices=["read", "ingest", "admin"],
         help="scope of a new token, repeatable (default ingest)",
     )
+    token.add_argument(
+        "--node",
+        action="append",
+        help="keep one token per node, bound to it: FILE holds {node}, NAME gets -NODE "
+        "(repeatable)",
+    )
     token.set_defaults(func=run_demo_token)
 
     workload = subparsers.add_parser(
@@ -87,14 +93,22 @@ def run_demo_token(args: argparse.Namespace) -> int:
     from app.db import create_db_engine, make_session_factory
     from app.demo.tokens import ensure_token_file
 
+    if args.node and "{node}" not in str(args.file):
+        print("devicedeck demo-token: with --node, --file must contain {node}", file=sys.stderr)
+        return 2
+    wanted: list[tuple[Path, str, str | None]] = [
+        (Path(str(args.file).replace("{node}", node)), f"{args.name}-{node}", node)
+        for node in args.node or []
+    ] or [(args.file, args.name, None)]
     engine = create_db_engine(load_settings().database_url)
     try:
-        _, created = ensure_token_file(
-            make_session_factory(engine), args.file, args.name, args.scope or ["ingest"]
-        )
+        for path, name, node in wanted:
+            _, created = ensure_token_file(
+                make_session_factory(engine), path, name, args.scope or ["ingest"], node=node
+            )
+            print(f"{'created a new' if created else 'kept the'} token in {path}")
     finally:
         engine.dispose()
-    print(f"{'created a new' if created else 'kept the'} token in {args.file}")
     return 0
 
 

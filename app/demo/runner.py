@@ -1,9 +1,9 @@
 """`devicedeck demo`: the service on SQLite, three simulated nodes and their agents.
 
-Everything lives in the data directory (database, the agents' token, kubelet roots, logs),
+Everything lives in the data directory (database, the agents' tokens, kubelet roots, logs),
 so running the demo again continues where it stopped. Authentication is off for the local
-demo so the dashboard opens without a login; the agents still present a real ingest token,
-exactly as they do against a production service.
+demo so the dashboard opens without a login; each agent still presents a real ingest token,
+bound to its own node, exactly as they do against a production service.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from app.sim.apiserver.server import url_host, write_kubeconfig
 from app.sim.apiserver.store import Store
 
 READY_TIMEOUT_SECONDS = 60.0
-AGENT_TOKEN_NAME = "demo-agents"
+AGENT_TOKEN_PREFIX = "demo-agent-"
 # The API server stops last: the service and the nodes talk to it until they are gone.
 TIER_CLUSTER, TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2, 3
 # Ctrl-C, a polite kill, or the terminal closing: all stop the demo cleanly.
@@ -70,9 +70,9 @@ class DemoLayout:
     def database_url(self) -> str:
         return f"sqlite:///{self.data_dir / 'devicedeck.db'}"
 
-    @property
-    def token_file(self) -> Path:
-        return self.data_dir / "agent.token"
+    def token_file(self, node: str) -> Path:
+        """Each agent's own token, bound to its node."""
+        return self.data_dir / "tokens" / f"{node}.token"
 
     @property
     def logs_dir(self) -> Path:
@@ -142,9 +142,17 @@ def _prepare_database(layout: DemoLayout) -> bool:
     upgrade_to_head(layout.database_url)
     engine = create_db_engine(layout.database_url)
     try:
-        _, created = ensure_token_file(
-            make_session_factory(engine), layout.token_file, AGENT_TOKEN_NAME, ["ingest"]
-        )
+        factory = make_session_factory(engine)
+        created = False
+        for node in TOPOLOGY:
+            _, new = ensure_token_file(
+                factory,
+                layout.token_file(node.name),
+                f"{AGENT_TOKEN_PREFIX}{node.name}",
+                ["ingest"],
+                node=node.name,
+            )
+            created = created or new
     finally:
         engine.dispose()
     return created
@@ -321,7 +329,10 @@ class Demo:
         # and their first snapshots then arrive as soon as the service is ready.
         for node in TOPOLOGY:
             args = agent_args(
-                node, layout.kubelet_root(node), self.base_url.rstrip("/"), layout.token_file
+                node,
+                layout.kubelet_root(node),
+                self.base_url.rstrip("/"),
+                layout.token_file(node.name),
             )
             children.start(f"agent {node.name}", args, logs / f"agent-{node.name}.log", TIER_AGENTS)
         if not wait_for(
@@ -364,7 +375,7 @@ class Demo:
                 f"  (kubelet roots are in {layout.kubelet_dir}, as unix socket paths "
                 "must stay under 108 bytes)"
             )
-        self.say(f"  logs: {layout.logs_dir}   agent token: {layout.token_file}")
+        self.say(f"  logs: {layout.logs_dir}   agent tokens: {layout.data_dir / 'tokens'}")
         self.say()
         self.say(f"  Cluster: a simulated API server at {self.cluster_url}")
         self.say(f"    kubectl --kubeconfig {layout.kubeconfig} get nodes")

@@ -27,10 +27,14 @@ def read_token_file(path: Path) -> str | None:
     return text or None
 
 
-def _valid(factory: sessionmaker[Session], token: str, scopes: list[str]) -> bool:
+def _valid(factory: sessionmaker[Session], token: str, scopes: list[str], node: str | None) -> bool:
     with factory() as session:
         found = authenticate(session, token, utcnow())
-    return found is not None and all(found.principal.has(s) for s in scopes)
+    return (
+        found is not None
+        and all(found.principal.has(s) for s in scopes)
+        and found.principal.node == node
+    )
 
 
 def _free_name(session: Session, base: str) -> str:
@@ -44,18 +48,27 @@ def _free_name(session: Session, base: str) -> str:
 
 
 def ensure_token_file(
-    factory: sessionmaker[Session], path: Path, name: str, scopes: list[str]
+    factory: sessionmaker[Session],
+    path: Path,
+    name: str,
+    scopes: list[str],
+    *,
+    node: str | None = None,
 ) -> tuple[str, bool]:
     """The token in `path`, creating (and writing) one when there is no valid one.
 
     Returns (token, created). A new token gets `name`, or `name-N` when that name is
-    taken by a token whose plaintext is lost.
+    taken by a token whose plaintext is lost. With `node`, the token writes that node only;
+    an ingest token without one writes every node.
     """
     existing = read_token_file(path)
-    if existing is not None and _valid(factory, existing, scopes):
+    if existing is not None and _valid(factory, existing, scopes, node):
         return existing, False
+    all_nodes = node is None and "ingest" in scopes
     with write_session(factory) as session:
-        _, plaintext = create_token(session, _free_name(session, name), scopes, utcnow())
+        _, plaintext = create_token(
+            session, _free_name(session, name), scopes, utcnow(), node=node, all_nodes=all_nodes
+        )
     _write_private(path, plaintext)
     return plaintext, True
 

@@ -221,7 +221,8 @@ def agent_args(node: NodeSpec, root: Path | str, server: str, token_file: Path |
 COMPOSE_KUBELET_ROOT = str(DEFAULT_KUBELET_ROOT)
 COMPOSE_SERVER_URL = "http://devicedeck:8000"
 COMPOSE_TOKEN_DIR = "/var/lib/devicedeck/tokens"
-COMPOSE_TOKEN_FILE = f"{COMPOSE_TOKEN_DIR}/agent.token"
+# demo-token's template: each agent's own token, bound to its node.
+COMPOSE_TOKEN_FILE = COMPOSE_TOKEN_DIR + "/{node}.token"
 COMPOSE_APISERVER = "sim-apiserver"
 COMPOSE_APISERVER_PORT = 6443
 COMPOSE_CLUSTER_DIR = "/var/lib/devicedeck/cluster"
@@ -256,5 +257,7 @@ def compose_node_commands(node: NodeSpec) -> dict[str, list[str]]:
     for plugin in node.plugins:
         services[f"{node.name}-plugin-{plugin.key}"] = sim_plugin_args(node, plugin, root)
     services[f"{node.name}-workload"] = workload_args(node, root)
-    services[f"{node.name}-agent"] = agent_args(node, root, COMPOSE_SERVER_URL, COMPOSE_TOKEN_FILE)
+    services[f"{node.name}-agent"] = agent_args(
+        node, root, COMPOSE_SERVER_URL, COMPOSE_TOKEN_FILE.replace("{node}", node.name)
+    )
     return services

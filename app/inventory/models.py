@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -260,6 +261,9 @@ class ApiToken(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     scopes: Mapped[list[Any]]
+    # An ingest token writes one node's snapshots, or, deliberately, any node's.
+    node: Mapped[str | None] = mapped_column(String(253))
+    all_nodes: Mapped[bool] = mapped_column(server_default=false())
     created_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]

@@ -136,10 +136,12 @@ class Service:
             self._process.stop()
             self._process = None
 
-    def create_token(self, name: str, *scopes: str) -> str:
+    def create_token(self, name: str, *scopes: str, node: str | None = None) -> str:
         argv = [DEVICEDECK, "token", "create", "--name", name]
         for scope in scopes:
             argv += ["--scope", scope]
+        if "ingest" in scopes:
+            argv += ["--node", node] if node else ["--all-nodes"]
         done = subprocess.run(argv, env=self.env, capture_output=True, text=True, check=True)
         return done.stdout.strip().splitlines()[-1]
 

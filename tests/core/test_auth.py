@@ -131,7 +131,9 @@ def test_token_in_cookie_is_accepted(client: TestClient, make_token: Callable[..
 
 def test_tokens_are_stored_only_as_hashes(api: Api, db_rows: Callable[..., dict]) -> None:
     created = api.client.post(
-        TOKENS, json={"name": "agent-1", "scopes": ["ingest"]}, headers=api.headers
+        TOKENS,
+        json={"name": "agent-1", "scopes": ["ingest"], "node": "node-a"},
+        headers=api.headers,
     )
     assert created.status_code == 201, created.text
     plaintext = created.json()["token"]
@@ -221,6 +223,8 @@ def test_token_cli_create_list_revoke(
         "ingest",
         "--scope",
         "read",
+        "--node",
+        "node-a",
     )
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip().splitlines()[-1]

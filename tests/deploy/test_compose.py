@@ -184,15 +184,17 @@ def test_agents_reach_the_service_with_the_token_the_token_job_writes(
     writer = parse_command(services["agent-token"]["command"])
     assert str(writer.file) == COMPOSE_TOKEN_FILE
     assert writer.scope == ["ingest"]
+    # One token per agent, bound to its node.
+    assert writer.node == [n.name for n in TOPOLOGY]
     (token_volume,) = [
-        s for s, t, _ in volume_mounts(services["agent-token"]) if t in COMPOSE_TOKEN_FILE
+        s for s, t, _ in volume_mounts(services["agent-token"]) if COMPOSE_TOKEN_FILE.startswith(t)
     ]
     agents = {n: s for n, s in services.items() if n.endswith("-agent")}
     assert len(agents) == len(TOPOLOGY)
     for name, service in agents.items():
         args = parse_command(service["command"])
         assert args.server == f"http://devicedeck:{serve.port}", name
-        assert str(args.token_file) == COMPOSE_TOKEN_FILE
+        assert str(args.token_file) == COMPOSE_TOKEN_FILE.replace("{node}", args.node)
         mounts = {(s, t, m) for s, t, m in volume_mounts(service)}
         assert (token_volume, os.path.dirname(COMPOSE_TOKEN_FILE), "ro") in mounts, name
         conditions = {t: c["condition"] for t, c in service["depends_on"].items()}

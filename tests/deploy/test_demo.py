@@ -303,11 +303,12 @@ def test_the_demo_runs_the_whole_cluster_path(first_run: Run, data_dir: Path) ->
 
 
 def test_second_run_continues_with_the_same_data(first_run: Run, data_dir: Path) -> None:
-    token = (data_dir / "agent.token").read_text()
+    tokens = {n.name: (data_dir / "tokens" / f"{n.name}.token").read_text() for n in TOPOLOGY}
     second = run_demo_until_data(data_dir, data_dir.parent / "second.log")
     assert second.exit_code == 0, second.output
     assert "(continuing)" in second.output
-    assert (data_dir / "agent.token").read_text() == token
+    for name, token in tokens.items():
+        assert (data_dir / "tokens" / f"{name}.token").read_text() == token
     for node in TOPOLOGY:
         # The same node rows: first seen during the first run.
         assert second.nodes[node.name]["first_seen"] == first_run.nodes[node.name]["first_seen"]

@@ -69,7 +69,7 @@ def test_deep_data_dir_moves_kubelet_roots_to_a_short_stable_dir() -> None:
         assert len(str(longest)) <= UNIX_SOCKET_PATH_MAX
     # The database, token and logs stay in the data dir.
     assert layout.database_url == f"sqlite:///{deep}/devicedeck.db"
-    assert layout.token_file.parent == deep
+    assert layout.token_file("gpu-a").parent.parent == deep
 
 
 def test_a_second_demo_on_the_same_data_dir_is_refused(short_dir: Path) -> None:
@@ -122,7 +122,9 @@ def test_token_file_is_created_once_and_reused(
     session_factory: sessionmaker[Session], short_dir: Path
 ) -> None:
     path = short_dir / "agent.token"
-    token, created = ensure_token_file(session_factory, path, "demo-agents", ["ingest"])
+    token, created = ensure_token_file(
+        session_factory, path, "demo-agents", ["ingest"], node="gpu-a"
+    )
     assert created
     assert path.read_text().strip() == token
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -130,8 +132,11 @@ def test_token_file_is_created_once_and_reused(
         found = authenticate(session, token, utcnow())
     assert found is not None
     assert found.principal.has("ingest") and not found.principal.has("admin")
+    assert found.principal.node == "gpu-a" and not found.principal.may_write_node("gpu-b")
 
-    again, created = ensure_token_file(session_factory, path, "demo-agents", ["ingest"])
+    again, created = ensure_token_file(
+        session_factory, path, "demo-agents", ["ingest"], node="gpu-a"
+    )
     assert (again, created) == (token, False)
     with session_factory() as session:
         assert [t.name for t in list_tokens(session)] == ["demo-agents"]
@@ -141,10 +146,12 @@ def test_token_file_with_an_unknown_token_gets_a_new_one(
     session_factory: sessionmaker[Session], short_dir: Path
 ) -> None:
     path = short_dir / "agent.token"
-    ensure_token_file(session_factory, path, "demo-agents", ["ingest"])
+    ensure_token_file(session_factory, path, "demo-agents", ["ingest"], node="gpu-a")
     # The plaintext is lost (say, the file was replaced): the name is taken, so -2 it is.
     path.write_text("ddk_not-a-token-the-database-knows\n")
-    token, created = ensure_token_file(session_factory, path, "demo-agents", ["ingest"])
+    token, created = ensure_token_file(
+        session_factory, path, "demo-agents", ["ingest"], node="gpu-a"
+    )
     assert created
     assert path.read_text().strip() == token
     with session_factory() as session:
