@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     kube: KubeMode = Field(default=KubeMode.OFF)
     kubeconfig: str | None = Field(default=None)
     kube_resync: float = Field(default=300.0, gt=0)
+    agent_service_accounts: str = Field(
+        default="devicedeck-agent:devicedeck-agent",
+        pattern=r"^[a-z0-9.-]+:[a-z0-9.-]+(,[a-z0-9.-]+:[a-z0-9.-]+)*$",
+        description="NAMESPACE:NAME of the ServiceAccounts node agents run as, comma-separated",
+    )
     device_link_template: str | None = Field(
         default=None,
         description="a link shown on each device's page, e.g. to a Grafana board: an http(s) "

@@ -90,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state.error_page = None
     state.kube_api = None
     state.kube_problem = None
+    state.service_account_reviewer = None
     # Other parts (dashboard live updates, cluster watcher) add (app, tasks) -> None starters.
     app.state.background_starters = [start_stale_sweep]
     install_error_handlers(app)

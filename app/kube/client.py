@@ -96,6 +96,7 @@ class KubeApi:
         self.api_client = k8s.ApiClient(configuration)
         self.core = k8s.CoreV1Api(self.api_client)
         self.custom = k8s.CustomObjectsApi(self.api_client)
+        self.authentication = k8s.AuthenticationV1Api(self.api_client)
         # The DRA version this API server serves, found by the first list that succeeded.
         self.dra_version: str | None = None
 
@@ -187,23 +188,58 @@ class KubeApi:
 
     def patch_node_status(self, node: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
         """Apply a JSON Patch (RFC 6902) to the node's status subresource; the updated node."""
-        try:
-            response: Any = self.core.patch_node_status(
+        return self._json(
+            lambda: self.core.patch_node_status(
                 node,
                 operations,
                 _content_type=JSON_PATCH,
                 _preload_content=False,
                 _request_timeout=PATCH_TIMEOUT,
             )
+        )
+
+    def review_token(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """The API server's TokenReview of a bearer token: its status (authenticated, user,
+        error)."""
+        body: Any = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": audiences},
+        }
+        review = self._json(
+            lambda: self.authentication.create_token_review(
+                body, _preload_content=False, _request_timeout=PATCH_TIMEOUT
+            )
+        )
+        status: dict[str, Any] = review.get("status") or {}
+        return status
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod, or None when there is none of that name."""
+        try:
+            return self._json(
+                lambda: self.core.read_namespaced_pod(
+                    name, namespace, _preload_content=False, _request_timeout=PATCH_TIMEOUT
+                )
+            )
+        except ApiStatus as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def _json(self, call: Callable[[], Any]) -> dict[str, Any]:
+        """One request's JSON answer; ApiStatus for an error Status, ApiUnreachable for none."""
+        try:
+            response: Any = call()
         except k8s.ApiException as e:
             raise status_from_exception(e) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise ApiUnreachable(f"{self.host}: {e}") from e
         try:
-            updated: dict[str, Any] = json.loads(response.data)
+            answer: dict[str, Any] = json.loads(response.data)
         finally:
             response.release_conn()
-        return updated
+        return answer
 
 
 def watch_events(response: urllib3.BaseHTTPResponse) -> Iterator[dict[str, Any]]:

@@ -21,6 +21,7 @@ from app.kube import dra_sync, node_sync, pod_sync
 from app.kube.client import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeApi
 from app.kube.errors import KubeUnavailable
 from app.kube.reflector import Reflector, Sync
+from app.kube.service_accounts import ServiceAccountReviewer, parse_service_accounts
 
 if TYPE_CHECKING:
     from app.background import BackgroundTasks
@@ -89,6 +90,7 @@ def start_cluster_integration(app: FastAPI, tasks: BackgroundTasks) -> None:
     settings: Settings = app.state.settings
     app.state.kube_api = None
     app.state.kube_problem = None
+    app.state.service_account_reviewer = None
     if settings.kube is KubeMode.OFF:
         return
     try:
@@ -98,6 +100,9 @@ def start_cluster_integration(app: FastAPI, tasks: BackgroundTasks) -> None:
         app.state.kube_problem = e.message
         return
     app.state.kube_api = api
+    app.state.service_account_reviewer = ServiceAccountReviewer(
+        api, parse_service_accounts(settings.agent_service_accounts)
+    )
     watcher = ClusterWatcher(api, app.state.session_factory, settings.kube_resync)
     log.info("cluster integration started mode=%s host=%s", settings.kube.value, api.host)
     tasks.start(run_watcher(watcher, api), name="kube-watcher")

@@ -8,10 +8,23 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.auth import ANONYMOUS_ADMIN, Principal, TokenCache, authenticate, record_token_use
+from app.auth import (
+    ANONYMOUS_ADMIN,
+    TOKEN_PREFIX,
+    Principal,
+    TokenCache,
+    authenticate,
+    record_token_use,
+)
 from app.clock import utcnow
 from app.config import AuthMode
 from app.db import write_session
+from app.kube.service_accounts import (
+    ReviewedAgent,
+    ReviewRefused,
+    ReviewUnavailable,
+    ServiceAccountReviewer,
+)
 from app.web.state import service_state
 
 SESSION_COOKIE = "devicedeck_token"
@@ -48,6 +61,23 @@ def _principal_from_database(request: Request, token: str) -> Principal:
     return found.principal
 
 
+def _principal_from_review(reviewer: ServiceAccountReviewer, token: str) -> Principal:
+    """A node agent's ServiceAccount token, checked by TokenReview (in a worker thread): it
+    may send its own node's snapshots and nothing else."""
+    try:
+        agent: ReviewedAgent = reviewer.review(token)
+    except ReviewRefused as e:
+        raise HTTPException(
+            e.status, e.message, headers={"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+        ) from e
+    except ReviewUnavailable as e:
+        # Nothing was applied; the agent sends the snapshot again.
+        raise HTTPException(
+            503, f"cannot check the token now: {e}", headers={"Retry-After": "5"}
+        ) from e
+    return Principal(name=agent.username, scopes=frozenset({"ingest"}), node=agent.node)
+
+
 def token_cache(request: Request) -> TokenCache:
     return service_state(request.app).token_cache
 
@@ -64,6 +94,9 @@ async def current_principal(request: Request) -> Principal:
     cached = token_cache(request).get(token)
     if cached is not None:
         return cached
+    reviewer = service_state(request.app).service_account_reviewer
+    if reviewer is not None and not token.startswith(TOKEN_PREFIX):
+        return await run_in_threadpool(_principal_from_review, reviewer, token)
     return await run_in_threadpool(_principal_from_database, request, token)
 
 

@@ -21,6 +21,7 @@ from app.config import Settings
 from app.db import EventLoopDatabase
 from app.inventory.ingest import SnapshotIngest
 from app.kube.client import KubeApi
+from app.kube.service_accounts import ServiceAccountReviewer
 from app.metrics import ServiceMetrics
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class ServiceState(State):
     # The cluster integration: its client, or why there is none (None when it is off).
     kube_api: KubeApi | None
     kube_problem: str | None
+    # Checks agents' ServiceAccount tokens; None without the cluster integration.
+    service_account_reviewer: ServiceAccountReviewer | None
 
 
 def service_state(app: Starlette) -> ServiceState:

@@ -13,7 +13,9 @@ import yaml
 from kubernetes import client as k8s
 
 import app.kube.client as kube_client
+from app.config import Settings
 from app.kube.client import Kind
+from app.kube.service_accounts import AUDIENCE
 
 from .helpers import REPO, parse_command
 from .manifests import (
@@ -179,12 +181,19 @@ def test_agent_daemonset_mounts_kubelet_directories_read_only_never_sockets() ->
     assert str(args.kubelet_root) == "/var/lib/kubelet"
     (node_name,) = [e for e in agent["env"] if e["name"] == "NODE_NAME"]
     assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    # The token comes from a Secret volume, mounted read-only where --token-file points.
+    # The token is the pod's projected ServiceAccount token for the service's audience,
+    # mounted read-only where --token-file points.
     token_mount = next(
         m for m in agent["volumeMounts"] if str(args.token_file).startswith(m["mountPath"])
     )
     assert token_mount["readOnly"] is True
-    assert volumes[token_mount["name"]]["secret"]["secretName"] == "devicedeck-agent-token"
+    (source,) = volumes[token_mount["name"]]["projected"]["sources"]
+    projected = source["serviceAccountToken"]
+    assert projected["audience"] == AUDIENCE
+    assert f"{token_mount['mountPath']}/{projected['path']}" == str(args.token_file)
+    account = find("ServiceAccount", "devicedeck-agent")["metadata"]
+    default = Settings.model_fields["agent_service_accounts"].default
+    assert default == f"{account['namespace']}:{account['name']}"
     assert agent["securityContext"]["allowPrivilegeEscalation"] is False
     assert agent["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert "privileged" not in agent["securityContext"]
@@ -231,7 +240,8 @@ VERBS_BY_PREFIX = {
     "delete": "delete",
 }
 CUSTOM_OBJECT_VERBS = {"list_cluster_custom_object": "list"}
-API_CLASSES = {"CoreV1Api", "CustomObjectsApi"}
+AUTHENTICATION_GRANTS = {"create_token_review": ("authentication.k8s.io", "tokenreviews", "create")}
+API_CLASSES = {"CoreV1Api", "CustomObjectsApi", "AuthenticationV1Api"}
 Grant = tuple[str, str, str]  # (apiGroup, resource, verb)
 
 
@@ -262,6 +272,9 @@ def grants_used_by_code() -> set[Grant]:
         grants |= core_method_grants(method)
     for method in set(re.findall(r"\.custom\.(\w+)", text)):
         assert method in CUSTOM_OBJECT_VERBS, f"CustomObjectsApi.{method}: teach this test"
+    for method in set(re.findall(r"\.authentication\.(\w+)", text)):
+        assert method in AUTHENTICATION_GRANTS, f"AuthenticationV1Api.{method}: teach this test"
+        grants.add(AUTHENTICATION_GRANTS[method])
     # Collections are listed and watched generically by Kind (KubeApi.list_all, open_watch).
     client_text = sources[REPO / "app" / "kube" / "client.py"]
     generic_verbs = set()
@@ -301,6 +314,7 @@ def test_server_rbac_grants_exactly_what_app_kube_calls() -> None:
     needed = grants_used_by_code()
     assert NODE_STATUS_PATCH in needed, "the code scan found no status patch"
     assert {("", "nodes", "watch"), ("resource.k8s.io", "resourceclaims", "list")} <= needed
+    assert {("authentication.k8s.io", "tokenreviews", "create"), ("", "pods", "get")} <= needed
     # The base grants all but the status patch, which only the optional component adds.
     assert granted(find("ClusterRole", "devicedeck-server")) == needed - {NODE_STATUS_PATCH}
     assert granted(find("ClusterRole", "devicedeck-server-node-status")) == {NODE_STATUS_PATCH}
