@@ -29,3 +29,17 @@ def test_times_carry_date_time_and_zone(pages: Pages, ingest: Ingest) -> None:
     assert all("data-absolute" in t.attrs for t in holds.find_all("time"))
     switch = pages.dom("/").by_id("zone-switch")
     assert switch.attrs["aria-pressed"] == "false" and "UTC" in switch.clean_text
+
+
+def test_chart_now_matches_the_resources_table(pages: Pages, ingest: Ingest) -> None:
+    typical_cluster(ingest)
+    trends = {"HX-Request": "true", "HX-Target": "overview-trends"}
+    pages.get("/", **trends)  # draws the charts, kept for a minute
+    ingest.devices("node-b", [dev("gpu-0"), dev("gpu-1"), dev("gpu-7")])
+    charts = pages.dom("/", **trends)
+    [gpu] = [f for f in charts.find_all("figure") if GPU in f.clean_text]
+    table = pages.dom("/").by_id("overview-resources").one("table")
+    [row] = [r for r in table.find_all("tr") if GPU in r.clean_text]
+    devices = row.find_all("td")[1].clean_text
+    assert devices == "7"
+    assert gpu.one("span", class_="chart-now").clean_text.endswith(f"of {devices}")

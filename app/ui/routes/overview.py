@@ -55,6 +55,8 @@ def overview(request: Request, viewer: Viewer, session: ReadSession, clock: Quer
         else None,
         "form_problems": form.problem_dicts(),
     }
+    if context["charts"]:
+        context["charts"] = with_now(context["charts"], context["summary"]["resources"])
     canonical = "/" if window == DEFAULT_WINDOW else f"/?window={window}"
     return respond(
         request,
@@ -87,3 +89,18 @@ def _charts(
         ]
 
     return cache.get_or_compute(("charts", window, int(clock.now.timestamp() // CHART_TTL)), build)
+
+
+def with_now(charts: list[dict[str, Any]], resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each chart's "now" from the same counts as the resources table beside it: the charts
+    are drawn at most once a minute, the table is read with the page."""
+    counts = {r["resource"]: r for r in resources}
+    return [
+        {
+            **chart,
+            "now": {k: counts[chart["resource"]][k] for k in ("devices", "healthy", "allocated")},
+        }
+        if chart["resource"] in counts
+        else {**chart, "now": chart["last"]}
+        for chart in charts
+    ]

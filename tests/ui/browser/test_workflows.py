@@ -296,3 +296,20 @@ def test_on_a_phone_devices_and_pods_are_cards_and_filters_fold_away(
 
     seen = run_in_browser(database_url, session_factory, steps, viewport=(390, 844))
     assert seen.problems == []
+
+
+def test_overview_resources_table_fits_at_1280_px(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    async def steps(page: Page, base: str) -> None:
+        await page.goto(base + "/")
+        await page.wait_for_selector(".charts svg")
+        sizes = await page.evaluate(
+            "[...document.querySelectorAll('#overview-resources .table-wrap')]"
+            ".map(e => [e.scrollWidth, e.clientWidth])"
+        )
+        assert sizes and all(scroll <= client for scroll, client in sizes), sizes
+        assert await page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+    seen = run_in_browser(database_url, session_factory, steps, viewport=(1280, 900))
+    assert seen.problems == []
