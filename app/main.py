@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             event_loop_database,
             max_devices=settings.max_devices_per_snapshot,
             max_pods=settings.max_pods_per_snapshot,
+            max_node_devices=settings.max_devices_per_node,
         )
         metrics = ServiceMetrics()
         metrics.watch_inventory(

@@ -19,6 +19,7 @@ from app.inventory.bulk import BulkInsert
 from app.inventory.events import EventLog
 from app.inventory.fields import PRESENT, UNKNOWN
 from app.inventory.models import Allocation, Device, NodeResource, table_of
+from app.inventory.node_limits import check_node_device_limit
 from app.inventory.receipts import forget_content_hash, listandwatch_stream
 from app.inventory.schemas import PodResourcesSnapshot
 
@@ -85,6 +86,8 @@ def ensure_devices(
     allocatable: dict[str, set[str]] | None,
     now: datetime,
     log: EventLog,
+    *,
+    max_node_devices: int | None = None,
 ) -> dict[tuple[str, str], HeldDevice]:
     """Devices of the node by (resource, device ID); ones referenced before any plugin snapshot
     are created with health Unknown."""
@@ -101,6 +104,9 @@ def ensure_devices(
     missing = sorted(referenced - devices.keys())
     if not missing:
         return devices
+    check_node_device_limit(
+        session, node_id, field="pod_resources", incoming=len(missing), limit=max_node_devices
+    )
     rows = [
         {
             "node_id": node_id,

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from app.inventory.events import EventLog
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY
 from app.inventory.models import Device, PluginRegistration
+from app.inventory.node_limits import check_node_device_limit
 from app.inventory.schemas import ListAndWatchSnapshot
 
 
@@ -26,7 +27,13 @@ def kubelet_health(raw: str) -> str:
 
 
 def replace_device_list(
-    session: Session, node_id: int, snapshot: ListAndWatchSnapshot, now: datetime, log: EventLog
+    session: Session,
+    node_id: int,
+    snapshot: ListAndWatchSnapshot,
+    now: datetime,
+    log: EventLog,
+    *,
+    max_node_devices: int | None = None,
 ) -> None:
     existing = {
         d.device_id: d
@@ -105,6 +112,14 @@ def replace_device_list(
                 after={"state": REMOVED},
             )
     if new_devices:
+        check_node_device_limit(
+            session,
+            node_id,
+            field="devices",
+            incoming=len(snapshot.devices),
+            limit=max_node_devices,
+            other_than_resource=snapshot.resource,
+        )
         session.add_all(new_devices)
         session.flush()
         for device in new_devices:

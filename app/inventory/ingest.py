@@ -74,9 +74,10 @@ def apply_listandwatch_snapshot(
     actor: str,
     content_hash: str | None = None,
     try_unchanged_first: bool = True,
+    max_node_devices: int | None = None,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
-        replace_device_list(session, node_id, snapshot, now, log)
+        replace_device_list(session, node_id, snapshot, now, log, max_node_devices=max_node_devices)
         if snapshot.plugin is not None:
             record_plugin(session, node_id, snapshot, now, log)
 
@@ -101,12 +102,21 @@ def apply_podresources_snapshot(
     actor: str,
     content_hash: str | None = None,
     try_unchanged_first: bool = True,
+    max_node_devices: int | None = None,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         wanted, numa_hints, uids = wanted_allocations(snapshot)
         allocatable = allocatable_sets(snapshot)
         devices = ensure_devices(
-            session, node_id, snapshot.node, wanted, numa_hints, allocatable, now, log
+            session,
+            node_id,
+            snapshot.node,
+            wanted,
+            numa_hints,
+            allocatable,
+            now,
+            log,
+            max_node_devices=max_node_devices,
         )
         replace_allocations(session, node_id, snapshot.node, wanted, uids, devices, now, log)
         replace_claim_allocations(session, node_id, snapshot, now, log)
@@ -218,11 +228,13 @@ class SnapshotIngest:
         *,
         max_devices: int,
         max_pods: int,
+        max_node_devices: int | None = None,
     ) -> None:
         self.factory = factory
         self.event_loop_database = event_loop_database
         self.max_devices = max_devices
         self.max_pods = max_pods
+        self.max_node_devices = max_node_devices
         self.recent = RecentContent()
 
     async def listandwatch(
@@ -276,6 +288,7 @@ class SnapshotIngest:
                 actor=actor,
                 content_hash=content_hash,
                 try_unchanged_first=try_unchanged_first,
+                max_node_devices=self.max_node_devices,
             )
             applied = await self._apply_in_event_loop(apply_snapshot, body_bytes)
             if applied is None:

@@ -43,6 +43,10 @@ def decode_cursor(cursor: str, sort: str, size: int) -> list[Any]:
         data = json.loads(base64.urlsafe_b64decode(padded.encode()))
         values = data["v"]
         valid = data["s"] == sort and isinstance(values, list) and len(values) == size
+        # A forged cursor could carry text the database cannot take (a lone surrogate).
+        for value in values if valid else []:
+            if isinstance(value, str):
+                value.encode("utf-8")
     except (ValueError, KeyError, TypeError, binascii.Error) as e:
         raise _bad_cursor("is not a cursor this API made") from e
     if not valid:

@@ -77,15 +77,28 @@ def check_utc_range(value: datetime) -> datetime:
 ObservedAt = Annotated[AwareDatetime, AfterValidator(check_utc_range)]
 
 
+def check_storable_text(value: str) -> str:
+    """Text the database can hold: no NUL, no lone UTF-16 surrogate."""
+    if "\x00" in value:
+        raise PydanticCustomError("no_nul", "must not contain NUL characters")
+    _check(names.text_problem(value), "utf8")
+    return value
+
+
+StorableText = Annotated[str, AfterValidator(check_storable_text)]
+
+
 class _Input(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     @field_validator("*")
     @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        # PostgreSQL text cannot hold NUL; refuse it here rather than fail mid-transaction.
-        if isinstance(value, str) and "\x00" in value:
-            raise PydanticCustomError("no_nul", "must not contain NUL characters")
+    def _storable_text(cls, value: Any) -> Any:
+        # The database cannot hold NUL or a lone surrogate; refuse them here rather than fail
+        # mid-transaction. Lists of strings (device IDs) are checked element by element.
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str):
+                check_storable_text(text)
         return value
 
 
@@ -304,6 +317,35 @@ class PodResourcesSnapshot(_Input):
             seen[key] = index
         return pods
 
+    @field_validator("pod_resources")
+    @classmethod
+    def _each_device_held_once(cls, pods: list[PodResources]) -> list[PodResources]:
+        # The kubelet hands a device to one container; the same ID under two containers is a
+        # forged or corrupt snapshot. Under one container it may repeat, once per NUMA node.
+        holders: dict[tuple[str, str], tuple[str, str, str]] = {}
+        for p, pod in enumerate(pods):
+            for c, container in enumerate(pod.containers):
+                holder = (pod.namespace, pod.name, container.name)
+                for d, entry in enumerate(container.devices):
+                    for i, device_id in enumerate(entry.device_ids):
+                        first = holders.setdefault((entry.resource_name, device_id), holder)
+                        if first != holder:
+                            raise PydanticCustomError(
+                                "allocated_once",
+                                "pod_resources[{p}].containers[{c}].devices[{d}].device_ids[{i}]:"
+                                " {resource} device {id!r} is also held by {other}",
+                                {
+                                    "p": p,
+                                    "c": c,
+                                    "d": d,
+                                    "i": i,
+                                    "resource": entry.resource_name,
+                                    "id": device_id,
+                                    "other": "{}/{} container {}".format(*first),
+                                },
+                            )
+        return pods
+
     def device_entries(self) -> int:
         """Device IDs the snapshot lists, counting each NUMA repeat: what its size is bounded by."""
         return sum(
@@ -312,6 +354,12 @@ class PodResourcesSnapshot(_Input):
             for container in pod.containers
             for entry in container.devices
         )
+
+    def allocatable_entries(self) -> int:
+        """Device IDs the allocatable list holds, counting each NUMA repeat."""
+        if self.allocatable is None:
+            return 0
+        return sum(len(entry.device_ids) for entry in self.allocatable.devices)
 
     def content_hash(self) -> str:
         return _canonical_hash(
@@ -345,5 +393,8 @@ def check_snapshot_size(
         entries = snapshot.device_entries()
         if entries > max_devices:
             problems.append(_too_long("pod_resources", max_devices, "device IDs", entries))
+        allocatable = snapshot.allocatable_entries()
+        if allocatable > max_devices:
+            problems.append(_too_long("allocatable", max_devices, "device IDs", allocatable))
     if problems:
         raise InvalidInput("snapshot is over the size limit", problems)

@@ -78,9 +78,22 @@ def extended_resource_name_problem(value: str) -> str | None:
     return None
 
 
+def text_problem(value: str) -> str | None:
+    """Text that UTF-8 cannot encode (a lone UTF-16 surrogate such as JSON's "\\ud800") can be
+    neither stored nor sent on, so it is refused where it comes in."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text (no lone UTF-16 surrogates)"
+    return None
+
+
 def device_id_problem(value: str) -> str | None:
     if not value:
         return "must not be empty"
+    problem = text_problem(value)
+    if problem:
+        return problem
     if len(value) > DEVICE_ID_MAX:
         return f"must be at most {DEVICE_ID_MAX} characters"
     if any(ch in value for ch in "\x00\r\n"):

@@ -117,13 +117,11 @@ def validation_details(errors: list[dict[str, Any]]) -> list[dict[str, str]]:
         if err.get("type") == "json_invalid":
             # Its loc ends with the byte offset of the syntax error, not a field.
             loc = ("body",)
-        details.append(
-            {
-                "field": field_path(loc),
-                "rule": str(err.get("type", "invalid")),
-                "message": err["msg"],
-            }
-        )
+        rule, message = str(err.get("type", "invalid")), err["msg"]
+        if rule == "string_unicode":
+            # pydantic's own check of a constrained string: the same rule as every other field.
+            rule, message = "utf8", "must be valid Unicode text (no lone UTF-16 surrogates)"
+        details.append({"field": field_path(loc), "rule": rule, "message": message})
     return details
 
 

@@ -9,6 +9,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.inventory.errors import InvalidInput, Problem
+from app.kubelet import names
 
 
 async def reject_nul_parameters(request: Request) -> None:
@@ -22,8 +23,13 @@ async def reject_nul_parameters(request: Request) -> None:
         for name, value in params
         if "\x00" in str(value)
     ]
+    problems += [
+        Problem(name, "utf8", problem)
+        for name, value in params
+        if (problem := names.text_problem(str(value)))
+    ]
     if problems:
-        raise InvalidInput("a parameter contains a NUL character", problems)
+        raise InvalidInput("a parameter contains a character the service cannot store", problems)
 
 
 class BodyLimitMiddleware:

@@ -1,0 +1,39 @@
+"""The most devices one node may have: a bound on what one node's agent can make the service
+store, whatever its snapshots say."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.inventory.errors import InvalidInput, Problem
+from app.inventory.fields import PRESENT
+from app.inventory.models import Device
+
+
+def check_node_device_limit(
+    session: Session,
+    node_id: int,
+    *,
+    field: str,
+    incoming: int,
+    limit: int | None,
+    other_than_resource: str | None = None,
+) -> None:
+    """Refuse a snapshot that would leave the node with more than `limit` present devices.
+
+    `incoming` devices join the node's present ones (of every resource but
+    `other_than_resource`, whose list the snapshot replaces). Called only when a snapshot
+    creates devices, so snapshots that change health or holders pay nothing for it."""
+    if limit is None:
+        return
+    query = select(func.count()).where(Device.node_id == node_id, Device.state == PRESENT)
+    if other_than_resource is not None:
+        query = query.where(Device.resource != other_than_resource)
+    total = (session.scalar(query) or 0) + incoming
+    if total > limit:
+        why = f"would give the node {total} devices; one node may have at most {limit}"
+        raise InvalidInput(
+            "snapshot is over the per-node device limit",
+            [Problem(field, "max_devices_per_node", why)],
+        )
