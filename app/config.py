@@ -64,6 +64,7 @@ class Settings(BaseSettings):
     log_level: LogLevel = Field(default=LogLevel.INFO)
     max_devices_per_snapshot: int = Field(default=4096, gt=0)
     max_pods_per_snapshot: int = Field(default=2048, gt=0)
+    max_devices_per_node: int = Field(default=16384, gt=0)
     kube: KubeMode = Field(default=KubeMode.OFF)
     kubeconfig: str | None = Field(default=None)
     kube_resync: float = Field(default=300.0, gt=0)
@@ -71,6 +72,11 @@ class Settings(BaseSettings):
         default="devicedeck-agent:devicedeck-agent",
         pattern=r"^[a-z0-9.-]+:[a-z0-9.-]+(,[a-z0-9.-]+:[a-z0-9.-]+)*$",
         description="NAMESPACE:NAME of the ServiceAccounts node agents run as, comma-separated",
+    )
+    public_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="the service's address as clients reach it, for absolute links",
     )
     device_link_template: str | None = Field(
         default=None,
