@@ -49,7 +49,11 @@ class Principal:
         return f"agent@{node}" if self.anonymous else f"{self.name}@{node}"
 
 
-ANONYMOUS_ADMIN = Principal(name="anonymous (auth off)", scopes=frozenset(SCOPES), anonymous=True)
+# With DEVICEDECK_AUTH=off a visitor without a token may read, nothing more: ingest and admin
+# always need a token, so turning auth off for a demo never lets anyone write.
+ANONYMOUS_READER = Principal(
+    name="anonymous (auth off)", scopes=frozenset({"read"}), anonymous=True
+)
 
 
 class NodeMismatch(DomainError):

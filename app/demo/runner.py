@@ -40,6 +40,7 @@ from app.sim.apiserver.store import Store
 
 READY_TIMEOUT_SECONDS = 60.0
 AGENT_TOKEN_PREFIX = "demo-agent-"
+ADMIN_TOKEN_NAME = "demo-admin"
 # The API server stops last: the service and the nodes talk to it until they are gone.
 TIER_CLUSTER, TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2, 3
 # Ctrl-C, a polite kill, or the terminal closing: all stop the demo cleanly.
@@ -73,6 +74,10 @@ class DemoLayout:
     def token_file(self, node: str) -> Path:
         """Each agent's own token, bound to its node."""
         return self.data_dir / "tokens" / f"{node}.token"
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.data_dir / "admin.token"
 
     @property
     def logs_dir(self) -> Path:
@@ -153,6 +158,7 @@ def _prepare_database(layout: DemoLayout) -> bool:
                 node=node.name,
             )
             created = created or new
+ADMIN_TOKEN_NAME = "demo-admin"
     finally:
         engine.dispose()
     return created
@@ -376,6 +382,10 @@ class Demo:
                 "must stay under 108 bytes)"
             )
         self.say(f"  logs: {layout.logs_dir}   agent tokens: {layout.data_dir / 'tokens'}")
+        self.say(
+            f"  To change things from the dashboard (advertise a resource), sign in with the "
+            f"admin token in {layout.admin_token_file}"
+        )
         self.say()
         self.say(f"  Cluster: a simulated API server at {self.cluster_url}")
         self.say(f"    kubectl --kubeconfig {layout.kubeconfig} get nodes")
@@ -390,7 +400,7 @@ class Demo:
         else:
             reach = f"  !! port {self.port} of {self.host} FROM YOUR NETWORK"
         self.say("  !! AUTHENTICATION IS OFF for this local demo: anyone who can reach")
-        self.say(f"{reach} can read and change the inventory. Run")
+        self.say(f"{reach} can read the inventory. Run")
         self.say(
             "  !! `devicedeck serve` (DEVICEDECK_AUTH=token is the default) for anything else."
         )

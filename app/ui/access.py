@@ -12,7 +12,7 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.auth import ANONYMOUS_ADMIN, Principal
+from app.auth import ANONYMOUS_READER, Principal
 from app.config import AuthMode, Settings
 from app.ui.render import render_error
 from app.web.principal import current_principal
@@ -30,14 +30,15 @@ class ReadScopeMissing(Exception):
 
 async def page_principal(request: Request) -> Principal:
     settings: Settings = request.app.state.settings
-    if settings.auth is AuthMode.OFF:
-        return ANONYMOUS_ADMIN
     try:
         principal = await current_principal(request)
     except HTTPException as e:
-        if e.status_code == 401:
-            raise LoginRequired() from e
-        raise
+        if e.status_code != 401:
+            raise
+        if settings.auth is AuthMode.OFF:
+            # A stale cookie from an earlier sign-in: the page is still open to read.
+            return ANONYMOUS_READER
+        raise LoginRequired() from e
     if not principal.has("read"):
         raise ReadScopeMissing(principal)
     return principal

@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment
 from markupsafe import Markup
 
-from app.auth import Principal
+from app.auth import ANONYMOUS_READER, Principal
 from app.clock import utcnow
 from app.config import AuthMode
 from app.ui.security import CSRF_FIELD, csrf_token, set_csrf_cookie
@@ -88,6 +88,8 @@ def base_context(request: Request, principal: Principal | None) -> dict[str, Any
     return {
         "principal": principal,
         "auth_on": settings.auth is AuthMode.TOKEN,
+        # With auth off a visitor reads without a token, and signs in only to act as admin.
+        "signed_in": principal is not None and principal is not ANONYMOUS_READER,
         "csrf_field": CSRF_FIELD,
         "csrf_token": token,
         "stream_url": f"/ui/stream?since={since}",

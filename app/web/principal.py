@@ -9,7 +9,7 @@ from fastapi import Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import (
-    ANONYMOUS_ADMIN,
+    ANONYMOUS_READER,
     TOKEN_PREFIX,
     Principal,
     TokenCache,
@@ -83,10 +83,10 @@ def token_cache(request: Request) -> TokenCache:
 
 
 async def current_principal(request: Request) -> Principal:
-    if service_state(request.app).settings.auth is AuthMode.OFF:
-        return ANONYMOUS_ADMIN
     token = presented_token(request)
     if token is None:
+        if service_state(request.app).settings.auth is AuthMode.OFF:
+            return ANONYMOUS_READER
         raise HTTPException(
             401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
         )
@@ -105,6 +105,13 @@ def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     # a visible share of an agent's most frequent request, an unchanged snapshot.
     async def _check(request: Request) -> Principal:
         principal = await current_principal(request)
+        if principal is ANONYMOUS_READER and not principal.has(scope):
+            raise HTTPException(
+                401,
+                f"a bearer token with the {scope!r} scope is required: with authentication "
+                "off, visitors without a token may only read",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         if not principal.has(scope):
             raise HTTPException(403, f"this token lacks the {scope!r} scope")
         return principal

@@ -153,7 +153,10 @@ def test_token_creation_rules(api: Api) -> None:
     def create(body: object) -> httpx.Response:
         return api.client.post(TOKENS, json=body, headers=api.headers)
 
-    assert create({"name": "a", "scopes": ["read"]}).status_code == 201
+    created = create({"name": "a", "scopes": ["read"]})
+    assert created.status_code == 201
+    # The one answer that shows the secret may be kept by no cache.
+    assert created.headers["cache-control"] == "no-store"
     duplicate = create({"name": "a", "scopes": ["read"]})
     assert duplicate.status_code == 422
     assert ("name", "unique") in [
@@ -175,19 +178,33 @@ def test_last_used_is_recorded(api: Api, make_token: Callable[..., str]) -> None
     assert after["watcher"]["last_used_at"] is not None
 
 
-def test_auth_off_allows_everything_and_says_so_loudly(
-    settings: Settings, caplog: pytest.LogCaptureFixture
+def test_auth_off_lets_anonymous_visitors_read_only_and_says_so_loudly(
+    settings: Settings, make_token: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="app.main")
+    ingest = make_token("ingest", name="agent")
+    admin = make_token("admin", name="ops")
+    reader = make_token("read", name="viewer")
     app = create_app(settings.model_copy(update={"auth": AuthMode.OFF}))
     with TestClient(app) as client:
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert any("AUTHENTICATION IS OFF" in r.getMessage() for r in warnings)
-        assert call(client, "POST", LAW, {}).status_code == 200
+        # Anonymous: reading works, writing of any kind needs a token.
+        refused = call(client, "POST", LAW, {})
+        assert refused.status_code == 401, refused.text
+        assert "'ingest' scope" in refused.json()["error"]["message"]
+        assert refused.headers["www-authenticate"] == "Bearer"
+        minted = client.post(TOKENS, json={"name": "x", "scopes": ["admin"]})
+        assert minted.status_code == 401, minted.text
+        assert client.get(TOKENS).status_code == 401
+        assert client.get(DEVICES).json()["count"] == 0
+        # With a token, its scopes apply as with auth on.
+        assert call(client, "POST", LAW, bearer(ingest)).status_code == 200
         assert client.get(DEVICES).json()["count"] == 1
-        assert client.get(TOKENS).status_code == 200
-        # A wrong token does not matter either: there is no auth to fail.
-        assert client.get(DEVICES, headers=bearer("ddk_nonsense")).status_code == 200
+        assert client.get(TOKENS, headers=bearer(admin)).status_code == 200
+        assert call(client, "POST", LAW, bearer(reader)).status_code == 403
+        # A token that is presented is checked even with auth off.
+        assert client.get(DEVICES, headers=bearer("ddk_nonsense")).status_code == 401
 
 
 def test_auth_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

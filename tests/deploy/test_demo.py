@@ -129,9 +129,21 @@ def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
         DATA_TIMEOUT,
         "the curl-advertised resource on the node page",
     )
-    # The dashboard's form: the page's CSRF cookie and token, sent from the page's origin.
+    # The dashboard's form, after signing in with the admin token the demo printed (with auth
+    # off a visitor only reads): the page's CSRF cookie and token, sent from the page's origin.
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    origin = {"Origin": f"http://127.0.0.1:{port}"}
+    with opener.open(f"http://127.0.0.1:{port}/login", timeout=5) as response:
+        login_csrf = re.search(r'name="csrf_token" value="([^"]+)"', response.read().decode())
+    assert login_csrf is not None
+    admin_token = (data_dir / "admin.token").read_text().strip()
+    sign_in = urllib.parse.urlencode(
+        {"csrf_token": login_csrf.group(1), "token": admin_token, "next": f"/nodes/{node}"}
+    ).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/login", data=sign_in, headers=origin)
+    with opener.open(request, timeout=10) as response:
+        assert response.status == 200  # the node page, signed in
     token = re.search(r'name="csrf_token" value="([^"]+)"', node_page(port, node, opener))
     assert token is not None
     form = urllib.parse.urlencode(

@@ -215,11 +215,25 @@ def test_logout_clears_the_cookie_and_needs_the_form_token(
     assert client.get("/", follow_redirects=False).status_code == 303
 
 
-def test_auth_off_needs_no_login(database_url: str) -> None:
+def test_auth_off_reads_without_login_and_signs_in_to_act(
+    database_url: str, make_token: MakeToken
+) -> None:
     settings = Settings(database_url=database_url, auth=AuthMode.OFF)
     with TestClient(create_app(settings)) as client:
         page = parse(client.get("/").text)
-        assert page.one("span", class_="pill pill-warn").text == "Auth off"
+        assert page.one("span", class_="pill pill-warn").text == "Auth off: read-only"
         assert page.find("form", action="/logout") is None
-        response = client.get("/login?next=/pods", follow_redirects=False)
+        assert page.one("a", href="/login?next=/").text == "Sign in"
+        # Signing in is how a visitor acts as admin (the advertise form) with auth off.
+        assert client.get("/login?next=/pods").status_code == 200
+        token = make_token("read", "admin", name="ops")
+        response = client.post(
+            "/login",
+            data={"token": token, "csrf_token": csrf_of(client), "next": "/pods"},
+            headers=ORIGIN,
+            follow_redirects=False,
+        )
         assert response.status_code == 303 and response.headers["location"] == "/pods"
+        signed_in = parse(client.get("/pods").text)
+        assert signed_in.one("span", class_="who").text == "ops"
+        assert signed_in.find("form", action="/logout") is not None
