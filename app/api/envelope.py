@@ -1,4 +1,4 @@
-"""The list envelope every list route answers with: results, next (a URL), count."""
+"""The list envelope every list route answers with: results, next (a link), count."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from fastapi import Request
 from pydantic import BaseModel
 
 from app.inventory.pages import Page
+from app.web.state import service_state
 
 T = TypeVar("T")
 
@@ -21,5 +22,11 @@ class ListEnvelope(BaseModel, Generic[T]):
 def envelope(request: Request, page: Page[Any]) -> dict[str, Any]:
     next_url = None
     if page.next_cursor is not None:
-        next_url = str(request.url.include_query_params(cursor=page.next_cursor))
+        # Never built from the Host header, which the client chooses: a path relative to the
+        # service, or an absolute URL under the configured public URL.
+        url = request.url.include_query_params(cursor=page.next_cursor)
+        next_url = f"{url.path}?{url.query}"
+        public_url = service_state(request.app).settings.public_url
+        if public_url:
+            next_url = public_url.rstrip("/") + next_url
     return {"results": page.items, "next": next_url, "count": page.count}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, Field
 
 from app.api.envelope import ListEnvelope, envelope
@@ -82,7 +82,11 @@ def tokens(request: Request, session: ReadSession, _: Admin) -> dict[str, Any]:
     },
     summary="Create a token; the response is the only time its secret is shown",
 )
-def create(factory: SessionFactory, _: Admin, body: Annotated[NewToken, Body()]) -> dict[str, Any]:
+def create(
+    response: Response, factory: SessionFactory, _: Admin, body: Annotated[NewToken, Body()]
+) -> dict[str, Any]:
+    # The answer carries a secret: no cache on the way may keep it.
+    response.headers["Cache-Control"] = "no-store"
     with write_session(factory) as session:
         token, plaintext = create_token(
             session, body.name, body.scopes, utcnow(), node=body.node, all_nodes=body.all_nodes

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
-from .conftest import GPU, NIC, Api, dev, held, listandwatch, pod, podresources
+from .conftest import GPU, NIC, Api, MakeApi, dev, held, listandwatch, pod, podresources
 
 
 def api_operations(client: TestClient) -> list[tuple[str, str, dict[str, Any]]]:
@@ -113,7 +113,7 @@ def test_every_list_route_answers_the_envelope(api: Api) -> None:
             continue
         page = api.get(path, limit=1)
         assert len(page["results"]) == 1, path
-        assert page["next"] is not None and page["next"].startswith("http"), path
+        assert page["next"] is not None and page["next"].startswith(path + "?"), path
         assert "cursor=" in page["next"]
 
 
@@ -379,3 +379,16 @@ def test_since_outside_the_utc_range_is_422(api: Api) -> None:
         "/api/v1/events", params={"since": "0001-01-01T00:00:00Z"}, headers=api.headers
     )
     assert ok.status_code == 200
+
+
+def test_next_link_is_relative_or_under_the_public_url_never_from_host(
+    api: Api, make_api: MakeApi
+) -> None:
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
+    spoofed = {**api.headers, "Host": "evil.example"}
+    page = api.client.get("/api/v1/devices", params={"limit": 1}, headers=spoofed).json()
+    assert page["next"].startswith("/api/v1/devices?") and "evil" not in page["next"]
+    public = make_api(public_url="https://devicedeck.example.com/")
+    page = public.client.get("/api/v1/devices", params={"limit": 1}, headers=spoofed).json()
+    assert page["next"].startswith("https://devicedeck.example.com/api/v1/devices?")
+    assert public.client.get(page["next"], headers=public.headers).json()["results"]
