@@ -158,7 +158,8 @@ def _prepare_database(layout: DemoLayout) -> bool:
                 node=node.name,
             )
             created = created or new
-ADMIN_TOKEN_NAME = "demo-admin"
+        # With auth off visitors only read; the advertise form needs a signed-in admin.
+        ensure_token_file(factory, layout.admin_token_file, ADMIN_TOKEN_NAME, ["read", "admin"])
     finally:
         engine.dispose()
     return created
