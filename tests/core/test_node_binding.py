@@ -101,14 +101,19 @@ def test_events_name_the_token_and_the_node(
     assert {e["actor"] for e in events} == {"agent-gpu-a@gpu-a"}
 
 
-def test_with_auth_off_ingested_changes_are_credited_to_the_nodes_agent(
-    settings: Settings,
+def test_with_auth_off_ingest_still_needs_a_token_and_events_name_it(
+    settings: Settings, make_token: Callable[..., str]
 ) -> None:
+    # Auth off opens reading only: an anonymous snapshot is refused, so every ingested change
+    # is credited to a real credential and its node, never to "anonymous".
+    token = make_token("ingest", name="agent-gpu-b", node="gpu-b")
     app = create_app(settings.model_copy(update={"auth": AuthMode.OFF}))
     with live_server(app) as url, httpx.Client(base_url=url, timeout=60) as http:
-        assert http.post(LAW, json=listandwatch("gpu-b", [dev("gpu-0")], 1)).status_code == 200
+        body = listandwatch("gpu-b", [dev("gpu-0")], 1)
+        assert http.post(LAW, json=body).status_code == 401
+        assert http.post(LAW, json=body, headers=bearer(token)).status_code == 200
         events = http.get("/api/v1/events").json()["results"]
-    assert events and {e["actor"] for e in events} == {"agent@gpu-b"}
+    assert events and {e["actor"] for e in events} == {"agent-gpu-b@gpu-b"}
 
 
 def test_token_api_binds_ingest_tokens(http: httpx.Client, auth: dict[str, str]) -> None:
