@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, case, func, select
@@ -224,3 +224,9 @@ def resource_names(session: Session, limit: int = 500) -> list[str]:
     return list(
         session.scalars(select(Device.resource).distinct().order_by(Device.resource).limit(limit))
     )
+
+
+def oldest_device_time(session: Session) -> datetime | None:
+    """When the first device was seen: where the inventory's history starts."""
+    oldest: datetime | None = session.scalar(select(func.min(Device.first_seen)))
+    return oldest

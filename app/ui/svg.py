@@ -72,8 +72,14 @@ def _time_label(moment: datetime, span: timedelta) -> str:
 def resource_chart(
     times: list[str], series: dict[str, list[int]], frame: Frame | None = None
 ) -> dict[str, Any]:
-    """Step lines for devices and healthy, a filled step area for allocated, and axes."""
+    """Step lines for devices and healthy, a filled step area for allocated, and axes. The
+    chart starts at the last sample before the resource had a device, not at the window's
+    start: twenty minutes of data in a day's window would be a flat line and a spike."""
     frame = frame or Frame()
+    with_devices = next((i for i, n in enumerate(series["devices"]) if n), 0)
+    skip = min(max(with_devices - 1, 0), len(times) - 2) if len(times) > 2 else 0
+    times = times[skip:]
+    series = {name: values[skip:] for name, values in series.items()}
     moments = [datetime.fromisoformat(t) for t in times]
     span = moments[-1] - moments[0] if len(moments) > 1 else timedelta(0)
     count = max(len(moments) - 1, 1)

@@ -4,6 +4,7 @@ rewrites it in the zone the reader chose); incident tables show it, feeds put it
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 
 from .conftest import GPU, Ingest, Pages, dev, held, typical_cluster
 
@@ -43,3 +44,22 @@ def test_chart_now_matches_the_resources_table(pages: Pages, ingest: Ingest) -> 
     devices = row.find_all("td")[1].clean_text
     assert devices == "7"
     assert gpu.one("span", class_="chart-now").clean_text.endswith(f"of {devices}")
+
+
+def test_charts_start_where_the_data_starts_in_a_window_that_fits(
+    pages: Pages, ingest: Ingest
+) -> None:
+    typical_cluster(ingest)
+    page = pages.dom("/")
+    current = [a for a in page.find_all("a") if a.attrs.get("aria-current") == "true"]
+    assert [a.text for a in current if a.text in ("1h", "6h", "24h", "7d")] == ["1h"]
+    charts = pages.dom("/", **{"HX-Request": "true", "HX-Target": "overview-trends"})
+    ticks = [t.attrs["data-time"] for t in charts.find_all("text") if "data-time" in t.attrs]
+    first_seen = min(d["first_seen"] for d in pages.get("/api/v1/devices").json()["results"])
+    step = timedelta(hours=1) / 96  # one sample of the hour's chart
+    assert datetime.fromisoformat(ticks[0]) >= datetime.fromisoformat(first_seen) - 2 * step
+    day = pages.dom("/?window=24h", **{"HX-Request": "true", "HX-Target": "overview-trends"})
+    day_ticks = [t.attrs["data-time"] for t in day.find_all("text") if "data-time" in t.attrs]
+    assert datetime.fromisoformat(day_ticks[0]) >= datetime.fromisoformat(first_seen) - timedelta(
+        minutes=30
+    )

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from app.inventory.charts import DEFAULT_WINDOW, WINDOWS, resource_history
 from app.inventory.freshness import Freshness
 from app.inventory.history import EventFilters, latest_event_id, list_events
-from app.inventory.overview import cluster_summary, nodes_needing_attention
+from app.inventory.overview import cluster_summary, nodes_needing_attention, oldest_device_time
 from app.ui.access import Viewer
 from app.ui.cache import PageCache
 from app.ui.forms import Form
@@ -36,7 +36,8 @@ SUMMARY_TTL = 2
 @router.get("/", response_class=HTMLResponse)
 def overview(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock) -> Response:
     form = Form(request.query_params)
-    window = form.choice("window", {name: name for name in WINDOWS} | {"": DEFAULT_WINDOW})
+    default_window = fitting_window(session, clock)
+    window = form.choice("window", {name: name for name in WINDOWS} | {"": default_window})
     cache: PageCache = request.app.state.ui_cache
     fresh = (latest_event_id(session), int(clock.now.timestamp() // SUMMARY_TTL))
     context: dict[str, Any] = {
@@ -48,6 +49,7 @@ def overview(request: Request, viewer: Viewer, session: ReadSession, clock: Quer
         ),
         "events": list_events(session, EventFilters(), limit=LATEST_EVENTS).items,
         "window": window,
+        "default_window": default_window,
         "windows": list(WINDOWS),
         # Charts replay a day of events: the page comes first, the charts a moment later.
         "charts": _charts(request, session, clock, window)
@@ -57,7 +59,7 @@ def overview(request: Request, viewer: Viewer, session: ReadSession, clock: Quer
     }
     if context["charts"]:
         context["charts"] = with_now(context["charts"], context["summary"]["resources"])
-    canonical = "/" if window == DEFAULT_WINDOW else f"/?window={window}"
+    canonical = "/" if window == default_window else f"/?window={window}"
     return respond(
         request,
         viewer,
@@ -104,3 +106,15 @@ def with_now(charts: list[dict[str, Any]], resources: list[dict[str, Any]]) -> l
         else {**chart, "now": chart["last"]}
         for chart in charts
     ]
+
+
+def fitting_window(session: Session, clock: Freshness) -> str:
+    """The shortest chart window that holds all the history there is, up to the usual day."""
+    oldest = oldest_device_time(session)
+    if oldest is None:
+        return DEFAULT_WINDOW
+    age = clock.now - oldest
+    for name in ("1h", "6h"):
+        if age <= WINDOWS[name]:
+            return name
+    return DEFAULT_WINDOW
