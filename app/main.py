@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from fastapi import Depends, FastAPI
 
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_devices=settings.max_devices_per_snapshot,
             max_pods=settings.max_pods_per_snapshot,
             max_node_devices=settings.max_devices_per_node,
+            stale_after=timedelta(seconds=settings.stale_after),
         )
         metrics = ServiceMetrics()
         metrics.watch_inventory(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import anyio.to_thread
 from sqlalchemy.exc import DBAPIError
@@ -75,6 +75,7 @@ def apply_listandwatch_snapshot(
     content_hash: str | None = None,
     try_unchanged_first: bool = True,
     max_node_devices: int | None = None,
+    stale_after: timedelta | None = None,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         replace_device_list(session, node_id, snapshot, now, log, max_node_devices=max_node_devices)
@@ -91,6 +92,7 @@ def apply_listandwatch_snapshot(
         actor=actor,
         content_hash=content_hash,
         try_unchanged_first=try_unchanged_first,
+        stale_after=stale_after,
     )
 
 
@@ -103,6 +105,7 @@ def apply_podresources_snapshot(
     content_hash: str | None = None,
     try_unchanged_first: bool = True,
     max_node_devices: int | None = None,
+    stale_after: timedelta | None = None,
 ) -> IngestResult:
     def replace(node_id: int, log: EventLog) -> None:
         wanted, numa_hints, uids = wanted_allocations(snapshot)
@@ -132,6 +135,7 @@ def apply_podresources_snapshot(
         actor=actor,
         content_hash=content_hash,
         try_unchanged_first=try_unchanged_first,
+        stale_after=stale_after,
     )
 
 
@@ -145,6 +149,7 @@ def _apply_stream(
     actor: str,
     content_hash: str | None,
     try_unchanged_first: bool,
+    stale_after: timedelta | None,
 ) -> IngestResult:
     """The ordering and idempotency rules every stream shares; `replace` changes what the
     stream owns, and runs only when the content differs from the last applied.
@@ -154,11 +159,13 @@ def _apply_stream(
     an unchanged snapshot unchanged."""
     content_hash = content_hash or snapshot.content_hash()
     if try_unchanged_first:
-        check = unchanged_check(snapshot, stream=stream, content_hash=content_hash, now=now)
+        check = unchanged_check(
+            snapshot, stream=stream, content_hash=content_hash, now=now, stale_after=stale_after
+        )
         if record_unchanged_snapshot(session, check):
             return IngestResult()
     log = EventLog(at=now, actor=actor)
-    node_id = lock_node_seen(session, snapshot.node, now, log)
+    node_id = lock_node_seen(session, snapshot.node, now, log, stale_after)
     receipt = find_receipt(session, node_id, stream)
     order = check_order(receipt, snapshot.source, content_hash, stream)
     if order is Order.REPEAT:
@@ -229,12 +236,14 @@ class SnapshotIngest:
         max_devices: int,
         max_pods: int,
         max_node_devices: int | None = None,
+        stale_after: timedelta | None = None,
     ) -> None:
         self.factory = factory
         self.event_loop_database = event_loop_database
         self.max_devices = max_devices
         self.max_pods = max_pods
         self.max_node_devices = max_node_devices
+        self.stale_after = stale_after
         self.recent = RecentContent()
 
     async def listandwatch(
@@ -274,7 +283,11 @@ class SnapshotIngest:
         unchanged: bool | None = False
         if try_unchanged_first and database is not None:
             check = unchanged_check(
-                snapshot, stream=stream, content_hash=content_hash, now=utcnow()
+                snapshot,
+                stream=stream,
+                content_hash=content_hash,
+                now=utcnow(),
+                stale_after=self.stale_after,
             )
             unchanged = await record_unchanged_snapshot_async(database.statements, check)
             # None: it could not run on its own, and the full path's transaction tries it.
@@ -289,6 +302,7 @@ class SnapshotIngest:
                 content_hash=content_hash,
                 try_unchanged_first=try_unchanged_first,
                 max_node_devices=self.max_node_devices,
+                stale_after=self.stale_after,
             )
             applied = await self._apply_in_event_loop(apply_snapshot, body_bytes)
             if applied is None:

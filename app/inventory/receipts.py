@@ -9,7 +9,7 @@ expression costs more CPU than PostgreSQL spends executing these ones.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, cast
 
@@ -30,15 +30,18 @@ _nodes = table_of(Node)
 _receipts = table_of(IngestReceipt)
 
 _LOCK_NODE = select(Node).where(Node.name == bindparam("name")).with_for_update()
-# Updating the row takes its lock, and the stale flag it returns is the latest committed one,
-# read after any wait for the lock, because this statement does not change it.
-_LOCK_AND_TOUCH_NODE = (
-    update(_nodes)
+# The row's lock, and what a snapshot must know of the node's past: when it was last seen (an
+# outage the sweep missed is noticed here) and whether the sweep marked it stale.
+_LOCK_SEEN_NODE = (
+    select(_nodes.c.id, _nodes.c.last_seen, _nodes.c.stale_since)
     .where(_nodes.c.name == bindparam("node_name"))
-    .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type))
-    .returning(_nodes.c.id, _nodes.c.stale_since)
+    .with_for_update()
 )
-_CLEAR_STALE = update(_nodes).where(_nodes.c.id == bindparam("for_node")).values(stale_since=None)
+_TOUCH_NODE = (
+    update(_nodes)
+    .where(_nodes.c.id == bindparam("for_node"))
+    .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type), stale_since=None)
+)
 
 
 def lock_node(session: Session, name: str, now: datetime, log: EventLog) -> Node:
@@ -70,17 +73,31 @@ def _insert_node(session: Session, name: str, now: datetime, log: EventLog) -> N
         log.add("node_added", node=name)
 
 
-def lock_node_seen(session: Session, name: str, now: datetime, log: EventLog) -> int:
+def lock_node_seen(
+    session: Session,
+    name: str,
+    now: datetime,
+    log: EventLog,
+    stale_after: timedelta | None = None,
+) -> int:
     """Lock the node's row (created if new) for a snapshot from it, mark it seen now and no
-    longer stale; returns its id. The whole of it is undone if the snapshot is refused."""
-    touch = {"node_name": name, "now": now}
-    row = session.execute(_LOCK_AND_TOUCH_NODE, touch).first()
+    longer stale; returns its id. The whole of it is undone if the snapshot is refused.
+
+    A node silent for longer than `stale_after` that no sweep marked stale (it came back
+    first) gets its node_stale event now, dated when the sweep would have marked it."""
+    row = session.execute(_LOCK_SEEN_NODE, {"node_name": name}).first()
     if row is None:
         _insert_node(session, name, now, log)
-        row = session.execute(_LOCK_AND_TOUCH_NODE, touch).one()
-    node_id, stale_since = row
+        row = session.execute(_LOCK_SEEN_NODE, {"node_name": name}).one()
+    node_id, last_seen, stale_since = row
+    session.execute(_TOUCH_NODE, {"for_node": node_id, "now": now})
+    if stale_since is None and stale_after is not None and now - last_seen > stale_after:
+        stale_since = last_seen + stale_after
+        # Its own log: the events of one log share their time, and this one is in the past.
+        outage = EventLog(at=stale_since, actor=log.actor)
+        outage.add("node_stale", node=name, before={"last_seen": last_seen.isoformat()})
+        outage.write(session)
     if stale_since is not None:
-        session.execute(_CLEAR_STALE, {"for_node": node_id})
         log.add("node_seen", node=name, before={"stale_since": stale_since.isoformat()})
     return int(node_id)
 
@@ -210,7 +227,11 @@ PODRESOURCES_STREAM = "podresources"
 
 _TOUCH_FRESH_NODE = (
     update(_nodes)
-    .where(_nodes.c.name == bindparam("node_name"), _nodes.c.stale_since.is_(None))
+    .where(
+        _nodes.c.name == bindparam("node_name"),
+        _nodes.c.stale_since.is_(None),
+        _nodes.c.last_seen >= bindparam("fresh_since", type_=_nodes.c.last_seen.type),
+    )
     .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type))
     .returning(_nodes.c.id)
 )
@@ -236,7 +257,11 @@ _ADVANCE_UNCHANGED_RECEIPT = (
 # the full path would), advance the receipt if it matches, then touch the node.
 _LOCKED_FRESH_NODE = (
     select(_nodes.c.id)
-    .where(_nodes.c.name == bindparam("node_name"), _nodes.c.stale_since.is_(None))
+    .where(
+        _nodes.c.name == bindparam("node_name"),
+        _nodes.c.stale_since.is_(None),
+        _nodes.c.last_seen >= bindparam("fresh_since", type_=_nodes.c.last_seen.type),
+    )
     .with_for_update()
     .cte("fresh_node")
 )
@@ -255,6 +280,9 @@ _ADVANCE_UNCHANGED_IN_ONE = (
 )
 
 
+# Before any node was seen: with no stale_after, every node is fresh.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 # Bind parameters of the unchanged-snapshot statements for one snapshot.
 UnchangedCheck = dict[str, Any]
 
@@ -265,8 +293,12 @@ def unchanged_check(
     stream: str,
     content_hash: str,
     now: datetime,
+    stale_after: timedelta | None = None,
 ) -> UnchangedCheck:
+    """A node back from a silence longer than `stale_after` takes the full path, which records
+    the outage."""
     return {
+        "fresh_since": now - stale_after if stale_after is not None else EPOCH,
         "node_name": snapshot.node,
         "for_stream": stream,
         "for_boot": snapshot.source.boot_id,

@@ -456,7 +456,7 @@ def test_every_change_is_an_event_with_the_actor(api: Api) -> None:
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1, boot=BOOT))
     events = api.events()
     assert {e["kind"] for e in events} == {"node_added", "device_added"}
-    assert {e["actor"] for e in events} == {"tester"}
+    assert {e["actor"] for e in events} == {"tester@node-a"}
     added = next(e for e in events if e["kind"] == "device_added")
     assert (added["node"], added["resource"], added["device_id"]) == ("node-a", GPU, "gpu-0")
     assert added["after"]["health"] == "Healthy"
