@@ -99,6 +99,10 @@ def test_events_name_the_token_and_the_node(
     events = http.get("/api/v1/events", params={"node": "gpu-a"}, headers=auth).json()["results"]
     assert {e["kind"] for e in events} >= {"device_added", "health_changed"}
     assert {e["actor"] for e in events} == {"agent-gpu-a@gpu-a"}
+    # The dashboard's event table says the same.
+    page = http.get("/events", headers=auth)
+    assert page.status_code == 200, page.text
+    assert "agent-gpu-a@gpu-a" in page.text
 
 
 def test_with_auth_off_ingest_still_needs_a_token_and_events_name_it(
