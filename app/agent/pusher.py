@@ -205,8 +205,9 @@ class Pusher:
                 if not self._auth_failing:
                     log.error(
                         "event=unauthorized status=%s detail=%r server refused the token; "
-                        "check --token-file or DEVICEDECK_TOKEN and that the token has the "
-                        "ingest scope; retrying every %gs or when the token file changes",
+                        "check --token-file or DEVICEDECK_TOKEN, that the token has the "
+                        "ingest scope and writes this --node; retrying every %gs or when the "
+                        "token file changes",
                         result.status,
                         result.detail,
                         self._auth_retry,
