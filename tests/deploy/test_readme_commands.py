@@ -296,6 +296,7 @@ def check_ingest_by_hand(ran: Ran, demo: Demo) -> None:
     """README "Ingest rules": the answer says what changed; sent again it changes nothing;
     GET /api/v1/devices?health=Unhealthy lists dongle-1."""
     answer = json.loads(ran.stdout)
+    assert "changed" in answer, answer
     assert answer["changed"] is True and answer["added"] == 2 and answer["events"] == 3, answer
     again = demo.run(ran.block)
     assert again.exit_code == 0, again.stderr
