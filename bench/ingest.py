@@ -109,6 +109,12 @@ def start_service(url: str, port: int, workdir: Path) -> tuple[subprocess.Popen[
     raise SystemExit("service did not start; see service.log")
 
 
+def stop_service(process: subprocess.Popen[bytes], workdir: Path) -> None:
+    process.terminate()
+    process.wait(timeout=30)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -330,9 +336,7 @@ def main() -> None:
         server = ServerCpu(process.pid)
         asyncio.run(bench(port, token, args.nodes, args.concurrency, args.rounds, server))
     finally:
-        process.terminate()
-        process.wait(timeout=30)
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_service(process, workdir)
 
 
 if __name__ == "__main__":
