@@ -7,6 +7,7 @@ from sqlalchemy import pool, text
 
 from app.db import create_db_engine
 from app.inventory.models import Base
+from app.migrate import compares_on
 
 config = context.config
 target_metadata = Base.metadata
@@ -35,6 +36,7 @@ def run_migrations_online() -> None:
             target_metadata=target_metadata,
             render_as_batch=True,
             compare_type=True,
+            include_object=compares_on(connection.dialect.name),
         )
         with context.begin_transaction():
             if connection.dialect.name == "postgresql":

@@ -1,4 +1,5 @@
-"""The list envelope every list route answers with: results, next (a link), count."""
+"""The list envelope every list route answers with: results, next (a link), count, and
+whether count is exact (past 10,000 matches it is the database's estimate)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class ListEnvelope(BaseModel, Generic[T]):
     results: list[T]
     next: str | None
     count: int | None
+    count_exact: bool = True
 
 
 def envelope(request: Request, page: Page[Any]) -> dict[str, Any]:
@@ -29,4 +31,9 @@ def envelope(request: Request, page: Page[Any]) -> dict[str, Any]:
         public_url = service_state(request.app).settings.public_url
         if public_url:
             next_url = public_url.rstrip("/") + next_url
-    return {"results": page.items, "next": next_url, "count": page.count}
+    return {
+        "results": page.items,
+        "next": next_url,
+        "count": page.count,
+        "count_exact": page.count_exact,
+    }

@@ -221,7 +221,7 @@ def pod(
 @router.get(
     "/resources",
     response_model=ListEnvelope[ResourceOut],
-    summary="Per resource name: cluster totals and per-node counts",
+    summary="Per resource name: cluster totals (per-node counts: /nodes?resource=NAME)",
 )
 def resources(
     request: Request,

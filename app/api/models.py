@@ -176,14 +176,11 @@ class ResourceTotals(Counts):
     nodes: int
 
 
-class ResourceNodeCounts(Counts):
-    node: str
-
-
 class ResourceOut(BaseModel):
+    """Cluster-wide totals; per-node counts: `GET /api/v1/nodes?resource=NAME`."""
+
     resource: str
     totals: ResourceTotals
-    nodes: list[ResourceNodeCounts]
 
 
 class EventOut(BaseModel):

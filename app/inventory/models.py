@@ -72,6 +72,11 @@ class Base(DeclarativeBase):
     }
 
 
+def partial_index(name: str, *columns: str, where: str) -> Index:
+    """An index over the rows that match `where`, on PostgreSQL and SQLite alike."""
+    return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
+
+
 def table_of(model: type[Base]) -> Table:
     """A model's table, for Core statements on hot paths that need no ORM objects."""
     return cast(Table, model.__table__)
@@ -127,6 +132,29 @@ class Device(Base):
         UniqueConstraint("node_id", "resource", "device_id"),
         Index("ix_devices_resource_health", "resource", "health"),
         Index("ix_devices_device_id", "device_id"),
+        # The device list's sorts, each an index order (migration 0005).
+        Index("ix_devices_by_node", "node_name", "resource", "device_id", "id"),
+        Index("ix_devices_by_resource", "resource", "node_name", "device_id", "id"),
+        partial_index(
+            "ix_devices_not_healthy",
+            "node_name",
+            "resource",
+            "device_id",
+            "id",
+            where="state = 'present' AND health <> 'Healthy'",
+        ),
+        partial_index(
+            "ix_devices_removed",
+            "removed_at",
+            where="state = 'removed'",
+        ),
+        # Device-ID substring search (pg_trgm); SQLite scans.
+        Index(
+            "ix_devices_device_id_trigram",
+            "device_id",
+            postgresql_using="gin",
+            postgresql_ops={"device_id": "gin_trgm_ops"},
+        ).ddl_if(dialect="postgresql"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -142,6 +170,29 @@ class Device(Base):
     last_seen: Mapped[datetime]
     removed_at: Mapped[datetime | None]
     health_changed_at: Mapped[datetime | None]
+    # Current allocations of this device; kept by triggers on allocations (migration 0004).
+    held: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The node's name, set by a trigger on insert (migration 0005): the list sorts by it.
+    node_name: Mapped[str] = mapped_column(String(253), server_default="")
+
+
+class DeviceCount(Base):
+    """Present devices of one node and resource by health and holder, kept by triggers on
+    devices in the writer's own transaction (migration 0004), so totals cost no aggregation
+    over devices. Health here is what was reported; a stale node's devices read Unknown."""
+
+    __tablename__ = "device_counts"
+
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True
+    )
+    resource: Mapped[str] = mapped_column(String(316), primary_key=True)
+    devices: Mapped[int] = mapped_column(Integer, server_default="0")
+    healthy: Mapped[int] = mapped_column(Integer, server_default="0")
+    unhealthy: Mapped[int] = mapped_column(Integer, server_default="0")
+    unknown: Mapped[int] = mapped_column(Integer, server_default="0")
+    allocated: Mapped[int] = mapped_column(Integer, server_default="0")
+    free: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class Allocation(Base):
@@ -150,17 +201,15 @@ class Allocation(Base):
     __tablename__ = "allocations"
     __table_args__ = (
         Index("ix_allocations_device_started", "device_pk", "started"),
-        Index(
+        partial_index(
             "ix_allocations_current_node",
             "node_id",
-            postgresql_where=text("ended IS NULL"),
-            sqlite_where=text("ended IS NULL"),
+            where="ended IS NULL",
         ),
-        Index(
+        partial_index(
             "ix_allocations_current_device",
             "device_pk",
-            postgresql_where=text("ended IS NULL"),
-            sqlite_where=text("ended IS NULL"),
+            where="ended IS NULL",
         ),
         Index("ix_allocations_namespace_pod", "namespace", "pod"),
     )
@@ -183,11 +232,10 @@ class ClaimAllocation(Base):
 
     __tablename__ = "claim_allocations"
     __table_args__ = (
-        Index(
+        partial_index(
             "ix_claim_allocations_current_node",
             "node_id",
-            postgresql_where=text("ended IS NULL"),
-            sqlite_where=text("ended IS NULL"),
+            where="ended IS NULL",
         ),
         Index("ix_claim_allocations_namespace_pod", "namespace", "pod"),
     )

@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.inventory.dra_overview import dra_counts
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED
 from app.inventory.freshness import Freshness
-from app.inventory.models import Device, Node
-from app.inventory.pages import MAX_LIMIT
-from app.inventory.queries import DeviceFilters, device_counts, list_devices
+from app.inventory.models import Allocation, Device, DeviceCount, Node
+from app.inventory.queries import DeviceFilters, list_devices, resource_totals
 
 COUNT_FIELDS = ("devices", "healthy", "unhealthy", "unknown", "allocated", "free")
 # Devices removed this recently count as capacity the node lost; older removals are history.
@@ -36,18 +35,12 @@ def _zero() -> dict[str, int]:
 def cluster_summary(session: Session, clock: Freshness) -> dict[str, Any]:
     """Node totals, per-resource device totals and the sum over all resources.
 
-    The per-resource numbers are list_resources' totals (both sum device_counts), without the
-    per-node breakdown the overview does not show.
+    The per-resource numbers are list_resources' totals.
     """
     node_total, node_stale = session.execute(
         select(func.count(), func.sum(case((Node.last_seen < clock.cutoff, 1), else_=0)))
     ).one()
-    per_resource: dict[str, dict[str, int]] = defaultdict(lambda: {**_zero(), "nodes": 0})
-    for (_node_id, resource), counts in device_counts(session, clock).items():
-        row = per_resource[resource]
-        row["nodes"] += 1
-        for field in COUNT_FIELDS:
-            row[field] += counts[field]
+    per_resource = {item["resource"]: item["totals"] for item in resource_totals(session, clock)}
     totals = _zero()
     for row in per_resource.values():
         for field in COUNT_FIELDS:
@@ -69,27 +62,22 @@ def nodes_needing_attention(
     Unknown elsewhere, but the stale mark is the problem to fix first.
     """
     removed_since = clock.now - (loss_window or CAPACITY_LOSS_WINDOW)
-    unhealthy = and_(Device.state == PRESENT, Device.health != HEALTHY)
-    lost = and_(Device.state == REMOVED, Device.removed_at >= removed_since)
-    rows = session.execute(
-        select(
-            Device.node_id,
-            Device.resource,
-            func.sum(case((unhealthy, 1), else_=0)),
-            func.sum(case((lost, 1), else_=0)),
-        )
-        .where(
-            (Device.state == PRESENT) & (Device.health != HEALTHY)
-            | (Device.state == REMOVED) & (Device.removed_at >= removed_since)
-        )
-        .group_by(Device.node_id, Device.resource)
-    ).all()
     per_node: dict[int, dict[str, Any]] = defaultdict(lambda: {"unhealthy": {}, "lost": {}})
-    for node_id, resource, bad, gone in rows:
-        if bad:
-            per_node[node_id]["unhealthy"][resource] = int(bad)
-        if gone:
-            per_node[node_id]["lost"][resource] = int(gone)
+    # Not Healthy as reported: from the counters (devices: present ones only).
+    for node_id, resource, bad in session.execute(
+        select(
+            DeviceCount.node_id,
+            DeviceCount.resource,
+            DeviceCount.unhealthy + DeviceCount.unknown,
+        ).where(DeviceCount.unhealthy + DeviceCount.unknown > 0)
+    ):
+        per_node[node_id]["unhealthy"][resource] = int(bad)
+    for node_id, resource, gone in session.execute(
+        select(Device.node_id, Device.resource, func.count())
+        .where(Device.state == REMOVED, Device.removed_at >= removed_since)
+        .group_by(Device.node_id, Device.resource)
+    ):
+        per_node[node_id]["lost"][resource] = int(gone)
     stale = {
         node_id: last_seen
         for node_id, last_seen in session.execute(
@@ -139,22 +127,58 @@ def _severity(stale: bool, found: dict[str, Any]) -> int:
     return (1_000_000 if stale else 0) + out
 
 
-def all_devices_of_node(session: Session, node: str, clock: Freshness) -> list[dict[str, Any]]:
-    """Every device of a node, present and removed, following the keyset pages."""
-    devices: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        page = list_devices(
-            session,
-            DeviceFilters(node=node, state="any"),
-            clock,
-            cursor=cursor,
-            limit=MAX_LIMIT,
+# A node page shows at most this many present devices as tiles, and this many removed ones
+# (collapsed); the device list, filtered to the node, pages through the rest.
+NODE_TILE_LIMIT = 512
+NODE_REMOVED_TILE_LIMIT = 64
+
+
+def node_device_groups(
+    session: Session, node: str, clock: Freshness, counts: dict[str, dict[str, int]]
+) -> list[dict[str, Any]]:
+    """The node page's devices by resource (see group_devices_by_resource_and_numa), each
+    with the node's own counts (`counts`: get_node's per-resource counts) and how many tiles
+    it shows. Present and removed devices are shown up to a limit each: removed devices are
+    never deleted, so without one a node's page would grow with every device it ever had."""
+    present = list_devices(session, DeviceFilters(node=node), clock, limit=NODE_TILE_LIMIT)
+    removed = list_devices(
+        session, DeviceFilters(node=node, state=REMOVED), clock, limit=NODE_REMOVED_TILE_LIMIT
+    )
+    removed_counts = {
+        resource: int(n)
+        for resource, n in session.execute(
+            select(Device.resource, func.count())
+            .where(Device.node_name == node, Device.state == REMOVED)
+            .group_by(Device.resource)
         )
-        devices.extend(page.items)
-        if page.next_cursor is None:
-            return devices
-        cursor = page.next_cursor
+    }
+    laid_out = {
+        g["resource"]: g for g in group_devices_by_resource_and_numa(present.items + removed.items)
+    }
+    groups = []
+    for resource in sorted(set(laid_out) | set(counts) | set(removed_counts)):
+        group = laid_out.get(resource) or {"resource": resource, "groups": [], "removed": []}
+        group["counts"] = {
+            **(counts.get(resource) or _zero()),
+            "removed": removed_counts.get(resource, 0),
+        }
+        group["tiles_shown"] = sum(len(g["devices"]) for g in group["groups"])
+        groups.append(group)
+    return groups
+
+
+def pods_holding_devices_of(session: Session, node: str) -> list[dict[str, Any]]:
+    """The pods holding a device of the node now, with how many each holds, by name."""
+    rows = session.execute(
+        select(
+            Allocation.namespace, Allocation.pod, func.count(func.distinct(Allocation.device_pk))
+        )
+        .join(Node, Node.id == Allocation.node_id)
+        .where(Node.name == node, Allocation.ended.is_(None))
+        .group_by(Allocation.namespace, Allocation.pod)
+        .order_by(Allocation.namespace, Allocation.pod)
+    )
+    return [{"namespace": ns, "pod": pod, "devices": int(n)} for ns, pod, n in rows]
 
 
 def natural_key(text: str) -> list[Any]:
@@ -178,7 +202,8 @@ class _GroupKey:
 
 
 def group_devices_by_resource_and_numa(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """[{resource, counts, groups: [{label, devices}]}], removed devices last in their group.
+    """[{resource, counts, groups: [{label, devices}], removed: [devices]}]; removed devices are
+    kept apart from the NUMA groups, in natural order.
 
     A device on several NUMA nodes gets its own group ("NUMA 0 + 1"); devices the plugin gave
     no topology go under "No NUMA affinity", after the numbered groups.
@@ -187,14 +212,16 @@ def group_devices_by_resource_and_numa(devices: list[dict[str, Any]]) -> list[di
         lambda: defaultdict(list)
     )
     counts: dict[str, dict[str, int]] = defaultdict(lambda: {**_zero(), "removed": 0})
+    removed: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for device in devices:
-        numa = list(device["numa_nodes"])
-        key = _GroupKey(tuple(numa) if numa else (1 << 30,), numa_label(numa))
-        by_resource[device["resource"]][key].append(device)
         tally = counts[device["resource"]]
         if device["state"] != PRESENT:
             tally["removed"] += 1
+            removed[device["resource"]].append(device)
             continue
+        numa = list(device["numa_nodes"])
+        key = _GroupKey(tuple(numa) if numa else (1 << 30,), numa_label(numa))
+        by_resource[device["resource"]][key].append(device)
         tally["devices"] += 1
         tally[str(device["health"]).lower()] += 1
         if device["allocation"] is not None:
@@ -202,15 +229,16 @@ def group_devices_by_resource_and_numa(devices: list[dict[str, Any]]) -> list[di
         elif device["health"] == HEALTHY:
             tally["free"] += 1
     result = []
-    for resource in sorted(by_resource):
-        groups = []
+    for resource in sorted(set(by_resource) | set(removed)):
+        groups: list[dict[str, Any]] = []
         for key in sorted(by_resource[resource], key=lambda k: k.order):
-            members = sorted(
-                by_resource[resource][key],
-                key=lambda d: (d["state"] != PRESENT, natural_key(d["device_id"])),
-            )
+            members = sorted(by_resource[resource][key], key=lambda d: natural_key(d["device_id"]))
             groups.append({"label": key.label, "devices": members})
-        result.append({"resource": resource, "counts": counts[resource], "groups": groups})
+        gone: list[dict[str, Any]] = removed[resource]
+        gone.sort(key=lambda d: natural_key(d["device_id"]))
+        result.append(
+            {"resource": resource, "counts": counts[resource], "groups": groups, "removed": gone}
+        )
     return result
 
 
@@ -221,8 +249,12 @@ def node_names(session: Session, limit: int = 500) -> list[str]:
 
 def resource_names(session: Session, limit: int = 500) -> list[str]:
     """Every resource name that has or had a device, for filter drop-downs."""
+    # A counter row exists for every (node, resource) that ever had a device, removed or not:
+    # a few thousand rows to read, not every device.
     return list(
-        session.scalars(select(Device.resource).distinct().order_by(Device.resource).limit(limit))
+        session.scalars(
+            select(DeviceCount.resource).distinct().order_by(DeviceCount.resource).limit(limit)
+        )
     )
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Select, literal, tuple_
-from sqlalchemy.orm import QueryableAttribute
+from sqlalchemy import ColumnElement, Select, func, literal, select, tuple_
+from sqlalchemy.orm import QueryableAttribute, Session
 
 from app.inventory.errors import InvalidInput, Problem
 
@@ -29,6 +29,8 @@ class Page(Generic[T]):
     items: list[T]
     next_cursor: str | None
     count: int | None
+    # False when count is an estimate (see bounded_count).
+    count_exact: bool = True
 
 
 def encode_cursor(sort: str, values: list[Any]) -> str:
@@ -140,3 +142,31 @@ class Keyset:
             return list(rows), None
         page = list(rows[:limit])
         return page, encode_cursor(self.sort, key(page[-1]))
+
+
+# Counting every match of a broad filter costs as much as reading them all, and grows with the
+# fleet; a count beyond this many is the planner's estimate instead (PostgreSQL).
+EXACT_COUNT_LIMIT = 10_000
+
+
+def bounded_count(
+    session: Session, rows: Select[Any], limit: int = EXACT_COUNT_LIMIT
+) -> tuple[int, bool]:
+    """How many rows the query gives, and whether that is exact: exact up to `limit`, past it
+    PostgreSQL's row estimate (SQLite, which has no estimate to give, counts them all)."""
+    capped = session.scalar(select(func.count()).select_from(rows.limit(limit + 1).subquery()))
+    if capped is not None and capped <= limit:
+        return capped, True
+    counting = select(func.count()).select_from(rows.subquery())
+    bind = session.get_bind()
+    if bind.dialect.name != "postgresql":
+        return int(session.scalar(counting) or 0), True
+    compiled = rows.compile(dialect=bind.dialect)
+    plan = (
+        session.connection()
+        .exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled}", compiled.params)
+        .scalar_one()
+    )
+    estimate = int(plan[0]["Plan"]["Plan Rows"])
+    # The estimate can fall below what was just counted; it is never less than that.
+    return max(estimate, limit + 1), False

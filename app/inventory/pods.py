@@ -6,13 +6,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal, select, tuple_, union
+from sqlalchemy import ColumnElement, literal, select, tuple_, union
 from sqlalchemy.orm import Session
 
 from app.clock import iso
 from app.inventory.freshness import Freshness
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
-from app.inventory.pages import Keyset, Page
+from app.inventory.pages import Keyset, Page, bounded_count
 from app.inventory.queries import effective_health
 
 
@@ -57,9 +57,9 @@ def list_pods(
     pairs, next_cursor = order.cut(
         [tuple(row) for row in session.execute(query)], limit, lambda pair: list(pair)
     )
-    count = session.scalar(select(func.count()).select_from(pods).where(*conditions))
+    count, exact = bounded_count(session, select(pods.c.pod).where(*conditions))
     items = _pods_with_devices(session, pairs, clock)
-    return Page(items=items, next_cursor=next_cursor, count=count)
+    return Page(items=items, next_cursor=next_cursor, count=count, count_exact=exact)
 
 
 def claim_summary(claim: ClaimAllocation) -> dict[str, Any]:

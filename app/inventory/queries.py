@@ -6,7 +6,6 @@ Every list is ordered by a unique key and paged with keyset cursors.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -25,12 +24,12 @@ from sqlalchemy.orm import Session
 
 from app.clock import iso
 from app.inventory.errors import InvalidInput, NotFound, Problem
-from app.inventory.fields import HEALTH_VALUES, HEALTHY, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
+from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
 from app.inventory.freshness import Freshness
 from app.inventory.history import device_history
-from app.inventory.models import Allocation, Device, Node
+from app.inventory.models import Allocation, Device, DeviceCount, Node
 from app.inventory.node_status import node_details
-from app.inventory.pages import Keyset, Page
+from app.inventory.pages import Keyset, Page, after_key, bounded_count, check_limit, decode_cursor
 
 STATE_VALUES = (PRESENT, REMOVED, "any")
 
@@ -84,10 +83,6 @@ class DeviceFilters:
     q: str | None = None
 
 
-def _current_allocation_of_device() -> Any:
-    return exists().where(Allocation.device_pk == Device.id, Allocation.ended.is_(None))
-
-
 def _device_conditions(filters: DeviceFilters, clock: Freshness) -> list[ColumnElement[bool]]:
     filters = replace(
         filters,
@@ -102,17 +97,18 @@ def _device_conditions(filters: DeviceFilters, clock: Freshness) -> list[ColumnE
     if filters.state != "any":
         conditions.append(Device.state == filters.state)
     if filters.node is not None:
-        conditions.append(Node.name == filters.node)
+        conditions.append(Device.node_name == filters.node)
     if filters.node_prefix:
-        conditions.append(Node.name.startswith(filters.node_prefix, autoescape=True))
+        conditions.append(Device.node_name.startswith(filters.node_prefix, autoescape=True))
     if filters.resource is not None:
         conditions.append(Device.resource == filters.resource)
     if filters.health is not None:
         conditions.append(health_is(filters.health, clock))
+    # held: the device's current allocations, kept by the database (migration 0004).
     if filters.allocated is True:
-        conditions.append(_current_allocation_of_device())
+        conditions.append(Device.held > 0)
     elif filters.allocated is False:
-        conditions.append(~_current_allocation_of_device())
+        conditions.append(Device.held == 0)
     if filters.namespace is not None or filters.pod is not None:
         holder = [Allocation.device_pk == Device.id, Allocation.ended.is_(None)]
         if filters.namespace is not None:
@@ -140,17 +136,24 @@ def _holder() -> Any:
     return func.coalesce(held_by, "")
 
 
+# Device.node_name rather than Node.name: the same value, in an index with the other keys.
 DEVICE_SORTS: dict[str, Any] = {
-    "node": lambda h: [Node.name, Device.resource, Device.device_id, Device.id],
-    "resource": lambda h: [Device.resource, Node.name, Device.device_id, Device.id],
+    "node": lambda h: [Device.node_name, Device.resource, Device.device_id, Device.id],
+    "resource": lambda h: [Device.resource, Device.node_name, Device.device_id, Device.id],
     "device_id": lambda h: [Device.device_id, Device.id],
-    "health": lambda h: [h, Node.name, Device.resource, Device.device_id, Device.id],
-    "attention": lambda h: [_attention(h), Node.name, Device.resource, Device.device_id, Device.id],
+    "health": lambda h: [h, Device.node_name, Device.resource, Device.device_id, Device.id],
+    "attention": lambda h: [
+        _attention(h),
+        Device.node_name,
+        Device.resource,
+        Device.device_id,
+        Device.id,
+    ],
     "health_since": lambda h: [
         func.coalesce(Device.health_changed_at, Device.first_seen),
         Device.id,
     ],
-    "holder": lambda h: [_holder(), Node.name, Device.resource, Device.device_id, Device.id],
+    "holder": lambda h: [_holder(), Device.node_name, Device.resource, Device.device_id, Device.id],
     "id": lambda h: [Device.id],
 }
 
@@ -184,17 +187,15 @@ def list_devices(
     rows, next_cursor = order.cut(
         session.execute(query).all(), limit, lambda row: [_jsonable(v) for v in row[3:]]
     )
-    count = session.scalar(
-        select(func.count())
-        .select_from(Device)
-        .join(Node, Node.id == Device.node_id)
-        .where(*conditions)
-    )
+    matching = select(Device.id).where(*conditions)
+    if filters.health is not None:  # only the health filter reads the node (its last_seen)
+        matching = matching.join(Node, Node.id == Device.node_id)
+    count, exact = bounded_count(session, matching)
     allocations = current_allocations_by_device(session, [row[0].id for row in rows])
     items = [
         device_summary(row[0], row[1], row[2], allocations.get(row[0].id), clock) for row in rows
     ]
-    return Page(items=items, next_cursor=next_cursor, count=count)
+    return Page(items=items, next_cursor=next_cursor, count=count, count_exact=exact)
 
 
 def _jsonable(value: Any) -> Any:
@@ -282,44 +283,28 @@ def device_counts(
     node_ids: list[int] | None = None,
     resources: list[str] | None = None,
 ) -> dict[tuple[int, str], dict[str, int]]:
-    """Counts of present devices per (node id, resource).
+    """Counts of present devices per (node id, resource), from the counters the database keeps
+    (DeviceCount). A stale node's devices are Unknown, and so none of them is free.
 
     free means healthy and not allocated: what a new pod could get.
     """
-    health = effective_health(clock)
-    held = select(Allocation.device_pk).where(Allocation.ended.is_(None)).distinct().subquery()
-    allocated = held.c.device_pk.is_not(None)
-    query = (
-        select(
-            Device.node_id,
-            Device.resource,
-            func.count(),
-            func.sum(case((health == HEALTHY, 1), else_=0)),
-            func.sum(case((health == UNHEALTHY, 1), else_=0)),
-            func.sum(case((health == UNKNOWN, 1), else_=0)),
-            func.sum(case((allocated, 1), else_=0)),
-            func.sum(case((and_(health == HEALTHY, ~allocated), 1), else_=0)),
-        )
-        .join(Node, Node.id == Device.node_id)
-        .outerjoin(held, held.c.device_pk == Device.id)
-        .where(Device.state == PRESENT)
-        .group_by(Device.node_id, Device.resource)
-    )
+    query = select(DeviceCount, Node.last_seen).join(Node, Node.id == DeviceCount.node_id)
     if node_ids is not None:
         if not node_ids:
             return {}
-        query = query.where(Device.node_id.in_(node_ids))
+        query = query.where(DeviceCount.node_id.in_(node_ids))
     if resources is not None:
-        query = query.where(Device.resource.in_(resources))
+        query = query.where(DeviceCount.resource.in_(resources))
     counts: dict[tuple[int, str], dict[str, int]] = {}
-    for node_id, resource, total, ok, bad, unknown, alloc, free in session.execute(query):
-        counts[(node_id, resource)] = {
-            "devices": int(total),
-            "healthy": int(ok or 0),
-            "unhealthy": int(bad or 0),
-            "unknown": int(unknown or 0),
-            "allocated": int(alloc or 0),
-            "free": int(free or 0),
+    for row, last_seen in session.execute(query.where(DeviceCount.devices > 0)):
+        stale = clock.is_stale(last_seen)
+        counts[(row.node_id, row.resource)] = {
+            "devices": row.devices,
+            "healthy": 0 if stale else row.healthy,
+            "unhealthy": 0 if stale else row.unhealthy,
+            "unknown": row.devices if stale else row.unknown,
+            "allocated": row.allocated,
+            "free": 0 if stale else row.free,
         }
     return counts
 
@@ -327,15 +312,12 @@ def device_counts(
 def devices_by_resource_and_health(
     session: Session, clock: Freshness
 ) -> list[tuple[str, str, int]]:
-    health = effective_health(clock)
-    rows = session.execute(
-        select(Device.resource, health, func.count())
-        .join(Node, Node.id == Device.node_id)
-        .where(Device.state == PRESENT)
-        .group_by(Device.resource, health)
-        .order_by(Device.resource, health)
-    )
-    return [(resource, str(h), int(n)) for resource, h, n in rows]
+    return [
+        (item["resource"], health, item["totals"][health.lower()])
+        for item in resource_totals(session, clock)
+        for health in HEALTH_VALUES
+        if item["totals"][health.lower()]
+    ]
 
 
 # Nodes -------------------------------------------------------------------------------------
@@ -422,46 +404,58 @@ def get_node(session: Session, name: str, clock: Freshness) -> dict[str, Any]:
 # Resources ---------------------------------------------------------------------------------
 
 
-_BY_RESOURCE = Keyset("resource", [Device.resource])
+def resource_totals(
+    session: Session, clock: Freshness, *, after: list[Any] | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Per resource name, in name order: cluster-wide counts of present devices and the number
+    of nodes that have any, summed over the counters the database keeps."""
+    fresh = Node.last_seen >= clock.cutoff
+
+    def when_fresh(column: Any) -> Any:
+        return func.sum(case((fresh, column), else_=0))
+
+    query = (
+        select(
+            DeviceCount.resource,
+            func.sum(DeviceCount.devices),
+            when_fresh(DeviceCount.healthy),
+            when_fresh(DeviceCount.unhealthy),
+            func.sum(case((fresh, DeviceCount.unknown), else_=DeviceCount.devices)),
+            func.sum(DeviceCount.allocated),
+            when_fresh(DeviceCount.free),
+            func.count(),
+        )
+        .join(Node, Node.id == DeviceCount.node_id)
+        .where(DeviceCount.devices > 0)
+        .group_by(DeviceCount.resource)
+        .order_by(DeviceCount.resource)
+    )
+    if after is not None:
+        query = query.where(after_key([DeviceCount.resource], after, False))
+    if limit is not None:
+        query = query.limit(limit)
+    fields = (*_empty_counts(), "nodes")
+    return [
+        {
+            "resource": row[0],
+            "totals": dict(zip(fields, (int(n or 0) for n in row[1:]), strict=True)),
+        }
+        for row in session.execute(query)
+    ]
 
 
 def list_resources(
     session: Session, clock: Freshness, *, cursor: str | None = None, limit: int = 50
 ) -> Page[dict[str, Any]]:
-    """Per resource name: cluster-wide totals and the per-node breakdown."""
-    names_query = _BY_RESOURCE.page_query(
-        select(Device.resource).where(Device.state == PRESENT).distinct(), cursor, limit
+    """Per resource name: cluster-wide totals. Per-node counts are on the nodes
+    (`list_nodes` with a resource filter), paged like every other list."""
+    check_limit(limit)
+    after = decode_cursor(cursor, "resource", 1) if cursor else None
+    found = resource_totals(session, clock, after=after, limit=limit + 1)
+    items, next_cursor = Keyset("resource", [DeviceCount.resource]).cut(
+        found, limit, lambda item: [item["resource"]]
     )
-    names, next_cursor = _BY_RESOURCE.cut(session.scalars(names_query).all(), limit, lambda n: [n])
     count = session.scalar(
-        select(func.count(func.distinct(Device.resource))).where(Device.state == PRESENT)
+        select(func.count(func.distinct(DeviceCount.resource))).where(DeviceCount.devices > 0)
     )
-    per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    totals: dict[str, dict[str, int]] = defaultdict(_empty_counts)
-    if names:
-        node_names: dict[int, str] = {
-            node_id: name
-            for node_id, name in session.execute(
-                select(Node.id, Node.name).where(
-                    exists().where(
-                        Device.node_id == Node.id,
-                        Device.resource.in_(names),
-                        Device.state == PRESENT,
-                    )
-                )
-            )
-        }
-        counts = device_counts(session, clock, resources=names)
-        for (node_id, resource), value in counts.items():
-            per_node[resource].append({"node": node_names[node_id], **value})
-            for field, number in value.items():
-                totals[resource][field] += number
-    items: list[dict[str, Any]] = [
-        {
-            "resource": name,
-            "totals": {**totals[name], "nodes": len(per_node[name])},
-            "nodes": sorted(per_node[name], key=lambda entry: str(entry["node"])),
-        }
-        for name in names
-    ]
     return Page(items=items, next_cursor=next_cursor, count=count)

@@ -28,7 +28,7 @@ def is_list(operation: dict[str, Any], schema: dict[str, Any]) -> bool:
     if not ref:
         return False
     component = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
-    return set(component.get("properties", {})) == {"results", "next", "count"}
+    return set(component.get("properties", {})) == {"results", "next", "count", "count_exact"}
 
 
 def fill(path: str) -> str:
@@ -102,7 +102,8 @@ def test_every_list_route_answers_the_envelope(api: Api) -> None:
     assert set(core) <= set(lists)
     for path in lists:
         body = api.get(path)
-        assert set(body) == {"results", "next", "count"}, path
+        assert set(body) == {"results", "next", "count", "count_exact"}, path
+        assert body["count_exact"] is True, path
         assert isinstance(body["results"], list), path
         assert body["count"] is None or body["count"] >= len(body["results"])
     for path in core:

@@ -184,9 +184,11 @@ def test_node_counts_per_resource(fleet: Api) -> None:
         "free": 1,
         "nodes": 2,
     }
-    assert [n["node"] for n in gpu["nodes"]] == ["node-a", "node-b"]
-    assert gpu["nodes"][1] == {
-        "node": "node-b",
+    # Per-node counts are on the nodes, paged like any list, not embedded in the resource.
+    assert "nodes" not in gpu
+    with_gpu = fleet.all_pages("/api/v1/nodes", resource=GPU)
+    assert [n["name"] for n in with_gpu] == ["node-a", "node-b"]
+    assert with_gpu[1]["resources"][GPU] == {
         "devices": 2,
         "healthy": 2,
         "unhealthy": 0,

@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 
 from app.db import create_db_engine
 from app.inventory.models import Base
-from app.migrate import downgrade_to_base, upgrade_to_head
+from app.migrate import compares_on, downgrade_to_base, upgrade_to_head
 
 
 def _libpq(url: str) -> str:
@@ -60,7 +60,8 @@ def schema_diff(url: str) -> list[object]:
     engine = create_db_engine(url)
     try:
         with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            opts = {"compare_type": True, "include_object": compares_on(conn.dialect.name)}
+            context = MigrationContext.configure(conn, opts=opts)
             return list(compare_metadata(context, Base.metadata))
     finally:
         engine.dispose()

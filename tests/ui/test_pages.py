@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import utcnow
 from app.db import write_session
+from app.inventory.dashboard import NODE_REMOVED_TILE_LIMIT, NODE_TILE_LIMIT
 from app.inventory.models import Allocation, Device, Node
 
 from .conftest import GPU, NIC, Ingest, Pages, dev, held, typical_cluster
@@ -126,6 +127,32 @@ def test_node_page_groups_tiles_by_resource_and_numa(
     assert GPU not in side.one("table").clean_text  # plugin-backed, shown with its devices
     assert "plugin.sock" in side.clean_text
     assert page.by_id("node-events").find_all("li")
+
+
+def test_node_page_is_bounded_however_many_devices_the_node_had(
+    pages: Pages, ingest: Ingest
+) -> None:
+    """Removed devices are never deleted, so a node's page would grow with every device it
+    ever had: past a limit, tiles stop and the page links to the device list instead."""
+    shown, removed_shown = NODE_TILE_LIMIT, NODE_REMOVED_TILE_LIMIT
+    ingest.devices("node-a", [dev(f"old-{i}") for i in range(removed_shown + 6)])
+    ingest.devices("node-a", [dev(f"gpu-{i}") for i in range(shown + 8)])
+    gpu = pages.dom("/nodes/node-a").by_id("node-devices").one("section")
+    assert f"{shown + 8} devices" in gpu.clean_text
+    removed = gpu.one("details")
+    assert removed.one("summary").clean_text == f"{removed_shown + 6} removed"
+    assert len(removed.find_all("li")) == removed_shown
+    assert len(gpu.find_all("li")) == shown + removed_shown
+    links = {
+        a.clean_text: a.attrs["href"]
+        for a in gpu.find_all("a")
+        if a.attrs["href"][:9] == "/devices?"
+    }
+    listing = f"/devices?node=node-a&resource={GPU}"
+    assert links == {
+        "All of them in the device list": listing,
+        "All removed devices in the device list": f"{listing}&state=removed",
+    }
 
 
 def test_devices_table_filters_sorts_and_pages(pages: Pages, ingest: Ingest) -> None:

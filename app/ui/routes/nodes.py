@@ -14,8 +14,8 @@ from app.inventory.fields import RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.inventory.node_status import DEVICE_PLUGIN
 from app.inventory.overview import (
-    all_devices_of_node,
-    group_devices_by_resource_and_numa,
+    node_device_groups,
+    pods_holding_devices_of,
     resource_names,
 )
 from app.inventory.queries import NodeFilters, get_node, list_nodes
@@ -64,20 +64,6 @@ def nodes(request: Request, viewer: Viewer, session: ReadSession, clock: QueryCl
     return respond(request, viewer, view)
 
 
-def pods_holding(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pods holding a device of the node now, with how many each holds, by name."""
-    counts: dict[tuple[str, str], int] = {}
-    for device in devices:
-        allocation = device.get("allocation")
-        if allocation:
-            key = (allocation["namespace"], allocation["pod"])
-            counts[key] = counts.get(key, 0) + 1
-    return [
-        {"namespace": namespace, "pod": pod, "devices": count}
-        for (namespace, pod), count in sorted(counts.items())
-    ]
-
-
 @router.get("/nodes/{name}", response_class=HTMLResponse)
 def node(
     name: str, request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock
@@ -93,12 +79,11 @@ def node(
             principal=viewer,
             back="/nodes",
         )
-    devices = all_devices_of_node(session, name, clock)
-    groups = group_devices_by_resource_and_numa(devices)
+    groups = node_device_groups(session, name, clock, detail["resources"])
     context: dict[str, Any] = {
         "node": detail,
         "groups": groups,
-        "holders": pods_holding(devices),
+        "holders": pods_holding_devices_of(session, name),
         "commands": node_commands(name),
         # The same rows as the API's: one rule tells plugin-backed from hand-advertised.
         "manual": detail["manual_extended_resources"],
