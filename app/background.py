@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +21,7 @@ from app.config import Settings
 from app.db import write_session
 from app.inventory.freshness import Freshness
 from app.inventory.staleness import mark_stale_nodes
+from app.leadership import Leadership
 
 log = logging.getLogger(__name__)
 
@@ -30,27 +31,51 @@ def clock_of(settings: Settings) -> Freshness:
 
 
 def start_background_tasks(app: FastAPI) -> BackgroundTasks:
-    """Every registered starter's tasks, owned by one BackgroundTasks."""
+    """Every registered starter's tasks, owned by one BackgroundTasks; the ones that must run
+    once run while this process leads (app/leadership.py)."""
     background = BackgroundTasks()
     for starter in app.state.background_starters:
         starter(app, background)
+    leadership = Leadership(app.state.settings.database_url)
+    app.state.leadership = leadership
+    app.state.metrics.watch_leadership(lambda: leadership.leading)
+    background.start(leadership.run(background.run_once_only), name="leadership")
     app.state.background = background
     return background
 
 
 def start_stale_sweep(app: FastAPI, tasks: BackgroundTasks) -> None:
-    """Background starter of the stale sweep, which create_app registers first."""
-    tasks.start(stale_sweep(app, app.state.settings), name="stale-sweep")
+    """Background starter of the stale sweep, which create_app registers first; one process
+    among all replicas and workers sweeps."""
+    tasks.start_once(lambda: stale_sweep(app, app.state.settings), name="stale-sweep")
 
 
 class BackgroundTasks:
-    """Owns the app's background tasks and cancels them at shutdown."""
+    """Owns the app's background tasks and cancels them at shutdown.
+
+    Tasks given to start_once run only while this process leads: among all replicas and
+    workers on one database, one runs them at a time.
+    """
 
     def __init__(self) -> None:
         self.tasks: list[asyncio.Task[None]] = []
+        self.once_only: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
 
     def start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self.tasks.append(asyncio.create_task(coro, name=name))
+
+    def start_once(self, make: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        self.once_only[name] = make
+
+    async def run_once_only(self) -> None:
+        """Runs every once-only task until cancelled (leadership lost, or shutdown)."""
+        tasks = [asyncio.create_task(make(), name=name) for name, make in self.once_only.items()]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def stop(self) -> None:
         for task in self.tasks:

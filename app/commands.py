@@ -19,6 +19,13 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--no-migrate", action="store_true", help="do not run database migrations at start"
     )
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        help="worker processes; each serves requests, one at a time runs the stale sweep and "
+        "the cluster watcher",
+    )
     serve.set_defaults(func=run_serve)
 
     migrate = subparsers.add_parser("migrate", help="upgrade the database schema to the latest")
@@ -56,24 +63,46 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.logs import configure_logging
-    from app.main import create_app
     from app.migrate import upgrade_to_head
 
     settings = load_settings()
     configure_logging(settings.log_format, settings.log_level)
     if not args.no_migrate:
         upgrade_to_head(settings.database_url)
+    print(f"Devicedeck is serving on http://{args.host}:{args.port}/", flush=True)
+    if args.workers > 1:
+        # Each worker process builds its own app (engines and pools are per process).
+        uvicorn.run(
+            "app.commands:worker_app",
+            factory=True,
+            workers=args.workers,
+            host=args.host,
+            port=args.port,
+            log_config=None,
+            access_log=False,
+        )
+        return 0
+    uvicorn.run(worker_app(), host=args.host, port=args.port, log_config=None, access_log=False)
+    return 0
+
+
+def worker_app() -> Any:
+    """The app one serving process runs, built from the environment's settings."""
+    from app.logs import configure_logging
+    from app.main import create_app
+
+    settings = load_settings()
+    configure_logging(settings.log_format, settings.log_level)
     app = create_app(settings)
     freeze_startup_objects()
-    print(f"Devicedeck is serving on http://{args.host}:{args.port}/", flush=True)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-    )
-    return 0
+    return app
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def freeze_startup_objects() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
@@ -31,6 +31,15 @@ class ServiceMetrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )
+
+    def watch_leadership(self, leading: Callable[[], bool]) -> None:
+        gauge = Gauge(
+            "devicedeck_leader",
+            "1 while this process runs the work only one process runs (stale sweep, cluster "
+            "watcher), else 0.",
+            registry=self.registry,
+        )
+        gauge.set_function(lambda: 1.0 if leading() else 0.0)
 
     def watch_inventory(self, factory: sessionmaker[Session], counter: DeviceCounter) -> None:
         self.registry.register(_InventoryCollector(factory, counter))

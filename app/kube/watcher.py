@@ -105,4 +105,5 @@ def start_cluster_integration(app: FastAPI, tasks: BackgroundTasks) -> None:
     )
     watcher = ClusterWatcher(api, app.state.session_factory, settings.kube_resync)
     log.info("cluster integration started mode=%s host=%s", settings.kube.value, api.host)
-    tasks.start(run_watcher(watcher, api), name="kube-watcher")
+    # The admin routes use the client on every replica; one replica watches.
+    tasks.start_once(lambda: run_watcher(watcher, api), name="kube-watcher")

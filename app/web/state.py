@@ -22,6 +22,7 @@ from app.db import EventLoopDatabase
 from app.inventory.ingest import SnapshotIngest
 from app.kube.client import KubeApi
 from app.kube.service_accounts import ServiceAccountReviewer
+from app.leadership import Leadership
 from app.metrics import ServiceMetrics
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class ServiceState(State):
     event_loop_database: EventLoopDatabase | None
     ingest: SnapshotIngest
     metrics: ServiceMetrics
+    # Whether this process runs the work only one process runs (app/leadership.py).
+    leadership: Leadership
     # The cluster integration: its client, or why there is none (None when it is off).
     kube_api: KubeApi | None
     kube_problem: str | None
