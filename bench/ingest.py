@@ -98,7 +98,7 @@ def start_service(url: str, port: int, workdir: Path) -> tuple[subprocess.Popen[
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a busy shared machine can take a minute
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/livez", timeout=1).status_code == 200:

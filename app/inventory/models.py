@@ -212,6 +212,8 @@ class Allocation(Base):
             where="ended IS NULL",
         ),
         Index("ix_allocations_namespace_pod", "namespace", "pod"),
+        # The pods list walks current holders in name order (migration 0005).
+        partial_index("ix_allocations_current_pod", "namespace", "pod", where="ended IS NULL"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -238,6 +240,10 @@ class ClaimAllocation(Base):
             where="ended IS NULL",
         ),
         Index("ix_claim_allocations_namespace_pod", "namespace", "pod"),
+        # The pods list walks current holders in name order (migration 0005).
+        partial_index(
+            "ix_claim_allocations_current_pod", "namespace", "pod", where="ended IS NULL"
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

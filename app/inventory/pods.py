@@ -6,13 +6,21 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, literal, select, tuple_, union
+from sqlalchemy import Select, func, literal, select, tuple_, union
 from sqlalchemy.orm import Session
 
 from app.clock import iso
 from app.inventory.freshness import Freshness
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
-from app.inventory.pages import Keyset, Page, bounded_count
+from app.inventory.pages import (
+    EXACT_COUNT_LIMIT,
+    Keyset,
+    Page,
+    after_key,
+    bounded_count,
+    check_limit,
+    decode_cursor,
+)
 from app.inventory.queries import effective_health
 
 
@@ -23,23 +31,25 @@ class PodFilters:
     q: str | None = None
 
 
-def _current_pods(filters: PodFilters) -> Any:
-    """(namespace, pod) of every pod holding a device now, from both allocation tables."""
-    parts = []
+def _current_pods(filters: PodFilters, after: list[Any] | None) -> list[Select[Any]]:
+    """Per allocation table, (namespace, pod) of the pods holding a device now, distinct and in
+    order: each is an ordered walk of a partial index that stops after a page, where a UNION
+    of the two would first collect every pod of the fleet."""
+    parts: list[Any] = []
     for table in (Allocation, ClaimAllocation):
-        part = select(table.namespace.label("namespace"), table.pod.label("pod")).where(
-            table.ended.is_(None)
-        )
+        columns: list[Any] = [table.namespace, table.pod]
+        part: Any = select(*columns).where(table.ended.is_(None)).distinct()
         if filters.node is not None:
-            part = part.join(Node, Node.id == table.node_id).where(Node.name == filters.node)
-        parts.append(part)
-    pods = union(*parts).subquery()
-    conditions: list[ColumnElement[bool]] = []
-    if filters.namespace is not None:
-        conditions.append(pods.c.namespace == filters.namespace)
-    if filters.q:
-        conditions.append(pods.c.pod.contains(filters.q, autoescape=True))
-    return pods, conditions
+            node_id = select(Node.id).where(Node.name == filters.node).scalar_subquery()
+            part = part.where(table.node_id == node_id)
+        if filters.namespace is not None:
+            part = part.where(table.namespace == filters.namespace)
+        if filters.q:
+            part = part.where(table.pod.contains(filters.q, autoescape=True))
+        if after is not None:
+            part = part.where(after_key(columns, after, False))
+        parts.append(part.order_by(*columns))
+    return parts
 
 
 def list_pods(
@@ -50,16 +60,27 @@ def list_pods(
     cursor: str | None = None,
     limit: int = 50,
 ) -> Page[dict[str, Any]]:
-    pods, conditions = _current_pods(filters)
-    columns = [pods.c.namespace, pods.c.pod]
-    order = Keyset("pod", columns)
-    query = order.page_query(select(*columns).where(*conditions), cursor, limit)
-    pairs, next_cursor = order.cut(
-        [tuple(row) for row in session.execute(query)], limit, lambda pair: list(pair)
+    check_limit(limit)
+    after = decode_cursor(cursor, "pod", 2) if cursor else None
+    found: set[tuple[Any, ...]] = set()
+    for part in _current_pods(filters, after):
+        found.update(tuple(row) for row in session.execute(part.limit(limit + 1)))
+    pairs, next_cursor = Keyset("pod", [Allocation.namespace, Allocation.pod]).cut(
+        sorted(found), limit, lambda pair: list(pair)
     )
-    count, exact = bounded_count(session, select(pods.c.pod).where(*conditions))
+    count, exact = _count_pods(session, _current_pods(filters, None))
     items = _pods_with_devices(session, pairs, clock)
     return Page(items=items, next_cursor=next_cursor, count=count, count_exact=exact)
+
+
+def _count_pods(session: Session, parts: list[Select[Any]]) -> tuple[int, bool]:
+    """Pods in either table, counted once; past EXACT_COUNT_LIMIT in one table, the largest
+    table's count (bounded_count's estimate on PostgreSQL), flagged as not exact."""
+    counts = [bounded_count(session, part.order_by(None)) for part in parts]
+    if all(exact for _, exact in counts) and sum(n for n, _ in counts) <= EXACT_COUNT_LIMIT:
+        both = union(*(part.order_by(None) for part in parts)).subquery()
+        return int(session.scalar(select(func.count()).select_from(both)) or 0), True
+    return max(n for n, _ in counts), False
 
 
 def claim_summary(claim: ClaimAllocation) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""devices.node_name and indexes that match the device list's filters, sorts and ID search
+"""devices.node_name and indexes that match the device and pod lists' filters, sorts, search
 
 Revision ID: 0005
 Revises: 0004
@@ -65,6 +65,14 @@ def upgrade() -> None:
         postgresql_where=sa.text(NOT_HEALTHY_PRESENT),
         sqlite_where=sa.text(NOT_HEALTHY_PRESENT),
     )
+    for table in ("allocations", "claim_allocations"):
+        op.create_index(
+            f"ix_{table}_current_pod",
+            table,
+            ["namespace", "pod"],
+            postgresql_where=sa.text("ended IS NULL"),
+            sqlite_where=sa.text("ended IS NULL"),
+        )
     op.create_index(
         "ix_devices_removed",
         "devices",
@@ -76,6 +84,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     postgresql = op.get_bind().dialect.name == "postgresql"
+    for table in ("allocations", "claim_allocations"):
+        op.drop_index(f"ix_{table}_current_pod", table)
     for name in ("ix_devices_removed", "ix_devices_not_healthy"):
         op.drop_index(name, "devices")
     for name in ("ix_devices_by_resource", "ix_devices_by_node"):
