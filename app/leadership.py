@@ -62,7 +62,14 @@ class Leadership:
     async def _run_with_file_lock(self, work: Callable[[], Awaitable[None]]) -> None:
         path = _lock_path(self.database_url)
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as e:
+                # The database's directory is missing or read-only: the database is unusable
+                # too, and requests say so; try again later.
+                log.warning("leader lock file %s cannot be opened: %s; retrying", path, e)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
             try:
                 while not _try_file_lock(fd):
                     await asyncio.sleep(RETRY_SECONDS)

@@ -162,10 +162,12 @@ class Poke:
         self.fleet = fleet
         self.token = token
         self.seq = 0
+        self.boot = f"poke-{time.time()}"
 
     async def send(self, connection: Connection) -> None:
         self.seq += 1
         snapshot = self.fleet.listandwatch("poke-node", 0, GPU, self.seq, sick=self.seq % 2)
+        snapshot["source"]["boot_id"] = self.boot  # a new sequence in every run
         status, body = await connection.send(
             prepare(("POST", "/api/v1/ingest/listandwatch", snapshot), self.token)
         )
@@ -291,7 +293,7 @@ async def queries(port: int, token: str, nodes: int, deep_pages: int) -> dict[st
 
 
 async def time_queries(
-    port: int, token: str, targets: dict[str, str], runs: int, fleet: Fleet
+    port: int, token: str, targets: dict[str, str], runs: int, fleet: Fleet, server: ServerCpu
 ) -> list[Any]:
     connection = await Connection.open(port)
     poke = Poke(fleet, token)
@@ -299,18 +301,22 @@ async def time_queries(
     try:
         for label, path in targets.items():
             cold = poke if "no cache" in label else None
+            before = server.seconds()
             timings = await time_get(connection, token, path, runs, cold)
-            rows.append((label, statistics.median(timings), percentile(timings, 0.95)))
+            # The service's CPU per request: steadier than wall time on a busy machine, where
+            # waiting for a core counts in the latency but not here.
+            cpu = (server.seconds() - before) / (runs + 1) * 1000
+            rows.append((label, statistics.median(timings), percentile(timings, 0.95), cpu))
     finally:
         connection.close()
     return rows
 
 
 def print_queries(rows: list[Any]) -> None:
-    livez = next(p95 for label, _, p95 in rows if label == "/livez")
-    print(f"\n{'query':<48} {'p50 ms':>8} {'p95 ms':>8} {'p95 / livez':>12}")
-    for label, p50, p95 in rows:
-        print(f"{label:<48} {p50:8.1f} {p95:8.1f} {p95 / livez:12.0f}")
+    livez = next(p95 for label, _, p95, _ in rows if label == "/livez")
+    print(f"\n{'query':<48} {'p50 ms':>8} {'p95 ms':>8} {'p95 / livez':>12} {'CPU ms':>7}")
+    for label, p50, p95, cpu in rows:
+        print(f"{label:<48} {p50:8.1f} {p95:8.1f} {p95 / livez:12.0f} {cpu:7.1f}")
 
 
 class Wrk:
@@ -363,12 +369,13 @@ def ingest_rates(fleet: Fleet, nodes: int, wrk: Wrk, server: ServerCpu) -> None:
     # New nodes: each sends its slices' ListAndWatch and, eight lines later (so never in flight
     # at the same time as its first), its PodResources snapshot.
     fresh = max(2000, 400 * wrk.seconds)
+    run = int(time.time())  # new names in every run, also on a reused database
     lines: list[tuple[str, int, dict[str, Any]]] = []
     for k in range(fresh):
-        name = f"new-node-{k:06d}"
+        name = f"new-node-{run}-{k:06d}"
         lines.append(("/api/v1/ingest/listandwatch", 0, fleet.listandwatch(name, k, MIG, "@SEQ@")))
         if k >= 8:
-            earlier = f"new-node-{k - 8:06d}"
+            earlier = f"new-node-{run}-{k - 8:06d}"
             lines.append(
                 ("/api/v1/ingest/podresources", 0, fleet.podresources(earlier, k - 8, "@SEQ@"))
             )
@@ -425,11 +432,18 @@ def main() -> None:
     parser.add_argument("--deep-pages", type=int, default=20, help="pages of 500 before timing")
     parser.add_argument("--concurrency", type=int, default=8, help="connections while filling")
     parser.add_argument("--wrk-seconds", type=int, default=10, help="0: no ingest rates")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the fleet the last PostgreSQL run left (same --nodes) instead of a new fill",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="devicedeck-scale-"))
     port = free_port()
     url = f"sqlite:///{workdir / 'bench.db'}" if args.db == "sqlite" else None
+    if url is None and args.reuse:
+        url = "postgresql+psycopg://postgres@127.0.0.1:5432/devicedeck_scale"
     url = url or new_postgres_database("devicedeck_scale")
     # The fill takes minutes: nodes must not turn stale (and be swept) while it runs.
     os.environ["DEVICEDECK_STALE_AFTER"] = "86400"
@@ -442,16 +456,21 @@ def main() -> None:
         flush=True,
     )
     try:
-        started = time.perf_counter()
-        asyncio.run(fill(port, token, fleet, args.nodes, args.concurrency))
-        print(f"fill took {time.perf_counter() - started:.0f} s")
+        if not args.reuse:
+            started = time.perf_counter()
+            asyncio.run(fill(port, token, fleet, args.nodes, args.concurrency))
+            print(f"fill took {time.perf_counter() - started:.0f} s")
         if args.db == "postgresql":
             # Statistics and visibility maps, as autovacuum gives a service that has run a while.
             with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
                 conn.execute("VACUUM ANALYZE")
         print("service RSS after fill: {:.0f} MB (peak {:.0f} MB)".format(*rss_mb(process.pid)))
         targets = asyncio.run(queries(port, token, args.nodes, args.deep_pages))
-        print_queries(asyncio.run(time_queries(port, token, targets, args.runs, fleet)))
+        print_queries(
+            asyncio.run(
+                time_queries(port, token, targets, args.runs, fleet, ServerCpu(process.pid))
+            )
+        )
         print("service RSS after queries: {:.0f} MB (peak {:.0f} MB)".format(*rss_mb(process.pid)))
         if args.wrk_seconds:
             wrk = Wrk(port, token, args.wrk_seconds, 8, workdir)

@@ -210,7 +210,8 @@ def test_pod_filters(fleet: Api) -> None:
     assert fleet.get("/api/v1/pods", q="%")["results"] == []
 
 
-def test_stale_node_shows_its_devices_unknown(make_api: MakeApi, api: Api) -> None:
+def test_stale_node_shows_its_devices_unknown(make_api: MakeApi) -> None:
+    # Made first, so it is the app that leads and runs the stale sweep (with its setting).
     quick = make_api(stale_after=1.0)
     quick.ingest_listandwatch(
         listandwatch("node-old", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 1)
@@ -256,4 +257,4 @@ def test_stale_node_shows_its_devices_unknown(make_api: MakeApi, api: Api) -> No
     assert quick.get("/api/v1/nodes/node-old")["stale"] is False
     assert [e["node"] for e in quick.events(kind="node_seen")] == ["node-old"]
     # With the default setting nothing is stale after a second or two.
-    assert api.get("/api/v1/nodes", stale="true")["results"] == []
+    assert make_api().get("/api/v1/nodes", stale="true")["results"] == []
