@@ -71,7 +71,7 @@ def migrate_and_create_token(env: dict[str, str], checkout: Path) -> str:
             "token",
             "create",
             "--name",
-            "bench",
+            f"bench-{os.getpid()}",
             "--scope",
             "ingest",
             "--scope",
