@@ -74,7 +74,10 @@ class BackgroundTasks:
             await asyncio.gather(*tasks)
         finally:
             for task in tasks:
-                task.cancel()
+                # Once only: a task already cancelled may be awaiting its own cleanup (the
+                # watcher stopping its threads), which a second cancel would cut short.
+                if not task.done() and not task.cancelling():
+                    task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def stop(self) -> None:
