@@ -100,7 +100,8 @@ def test_serve_with_workers(database_url: str, tmp_path: Path) -> None:
     process = Process("workers", argv, tmp_path, {**service.env, "DEVICEDECK_STALE_AFTER": "2"})
     process.start()
     try:
-        wait_until(lambda: service_answers(service), timeout=60, message="the workers")
+        # Each worker process imports and builds the whole app: slow on a busy machine.
+        wait_until(lambda: service_answers(service), timeout=180, message="the workers")
         answer = httpx.post(
             f"{service.url}/api/v1/ingest/listandwatch",
             json=listandwatch("node-1", [dev("gpu-0")], 1),
@@ -116,7 +117,7 @@ def test_serve_with_workers(database_url: str, tmp_path: Path) -> None:
         assert stale_events(service, token) == ["node-1"]
         wait_until(
             lambda: process.output().count("Started server process") == 2,
-            timeout=60,
+            timeout=180,
             message="both workers started",
         )
         # One of the two led, and nothing made the other lead as well.
