@@ -7,8 +7,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import utcnow
 from app.db import write_session
-from app.inventory.dashboard import NODE_REMOVED_TILE_LIMIT, NODE_TILE_LIMIT
 from app.inventory.models import Allocation, Device, Node
+from app.inventory.overview import NODE_REMOVED_TILE_LIMIT, NODE_TILE_LIMIT
 
 from .conftest import GPU, NIC, Ingest, Pages, dev, held, typical_cluster
 from .dom import Element, parse
