@@ -132,7 +132,7 @@ class Device(Base):
         UniqueConstraint("node_id", "resource", "device_id"),
         Index("ix_devices_resource_health", "resource", "health"),
         Index("ix_devices_device_id", "device_id"),
-        # The device list's sorts, each an index order (migration 0005).
+        # The device list's sorts, each an index order (migration 0006).
         Index("ix_devices_by_node", "node_name", "resource", "device_id", "id"),
         Index("ix_devices_by_resource", "resource", "node_name", "device_id", "id"),
         partial_index(
@@ -170,15 +170,15 @@ class Device(Base):
     last_seen: Mapped[datetime]
     removed_at: Mapped[datetime | None]
     health_changed_at: Mapped[datetime | None]
-    # Current allocations of this device; kept by triggers on allocations (migration 0004).
+    # Current allocations of this device; kept by triggers on allocations (migration 0005).
     held: Mapped[int] = mapped_column(Integer, server_default="0")
-    # The node's name, set by a trigger on insert (migration 0005): the list sorts by it.
+    # The node's name, set by a trigger on insert (migration 0006): the list sorts by it.
     node_name: Mapped[str] = mapped_column(String(253), server_default="")
 
 
 class DeviceCount(Base):
     """Present devices of one node and resource by health and holder, kept by triggers on
-    devices in the writer's own transaction (migration 0004), so totals cost no aggregation
+    devices in the writer's own transaction (migration 0005), so totals cost no aggregation
     over devices. Health here is what was reported; a stale node's devices read Unknown."""
 
     __tablename__ = "device_counts"
@@ -212,7 +212,7 @@ class Allocation(Base):
             where="ended IS NULL",
         ),
         Index("ix_allocations_namespace_pod", "namespace", "pod"),
-        # The pods list walks current holders in name order (migration 0005).
+        # The pods list walks current holders in name order (migration 0006).
         partial_index("ix_allocations_current_pod", "namespace", "pod", where="ended IS NULL"),
     )
 
@@ -240,7 +240,7 @@ class ClaimAllocation(Base):
             where="ended IS NULL",
         ),
         Index("ix_claim_allocations_namespace_pod", "namespace", "pod"),
-        # The pods list walks current holders in name order (migration 0005).
+        # The pods list walks current holders in name order (migration 0006).
         partial_index(
             "ix_claim_allocations_current_pod", "namespace", "pod", where="ended IS NULL"
         ),

@@ -104,7 +104,7 @@ def _device_conditions(filters: DeviceFilters, clock: Freshness) -> list[ColumnE
         conditions.append(Device.resource == filters.resource)
     if filters.health is not None:
         conditions.append(health_is(filters.health, clock))
-    # held: the device's current allocations, kept by the database (migration 0004).
+    # held: the device's current allocations, kept by the database (migration 0005).
     if filters.allocated is True:
         conditions.append(Device.held > 0)
     elif filters.allocated is False:
