@@ -119,7 +119,9 @@ def test_shared_device_shows_each_share_and_the_capacity_left(
         )
     client = start_app()
     gpu0 = wait_for(
-        lambda: (d := _by_name(_devices(client, auth))["gpu-0"]) and len(d["claims"]) == 2 and d,
+        lambda: (
+            (d := _by_name(_devices(client, auth)).get("gpu-0")) and len(d["claims"]) == 2 and d
+        ),
         what="two shares of gpu-0",
     )
     assert gpu0["shared"] is True

@@ -32,6 +32,16 @@ def _device(client: TestClient, auth: dict[str, str], name: str) -> dict[str, An
     return body
 
 
+def _known_device(client: TestClient, auth: dict[str, str], name: str) -> dict[str, Any] | None:
+    """The device's answer, or None while the watch has not brought its slice in yet."""
+    response = client.get(f"{DEVICE_PAGE}/{name}", headers=auth)
+    if response.status_code == 404:
+        return None
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
 def _cluster(fake_api: FakeApiServer) -> None:
     fake_api.put("nodes", node("node-a", capacity={}))
     fake_api.put(
@@ -169,7 +179,8 @@ def test_claim_device_conditions_set_health_with_history(
     fake_api.put("resourceclaims", claim("False", "XidError"))
     client = start_app()
     page = wait_for(
-        lambda: (d := _device(client, auth, "gpu-0"))["health"] and d, what="gpu-0's health"
+        lambda: (d := _known_device(client, auth, "gpu-0")) and d["health"] and d,
+        what="gpu-0's health",
     )
     assert page["health"]["health"] == "Unhealthy"
     assert page["health"]["source"] == "claim_status"
@@ -195,7 +206,11 @@ def test_claim_device_conditions_set_health_with_history(
 
     fake_api.put("resourceclaims", claim("True", "Recovered"))
     page = wait_for(
-        lambda: (d := _device(client, auth, "gpu-0"))["health"]["health"] == "Healthy" and d,
+        lambda: (
+            (d := _known_device(client, auth, "gpu-0"))
+            and (d["health"] or {}).get("health") == "Healthy"
+            and d
+        ),
         what="gpu-0 healthy again",
     )
     assert [(h["before"], h["health"]) for h in page["health_history"]] == [
@@ -305,7 +320,8 @@ def test_pod_status_health_maps_cdi_ids_and_device_names(
         ),
     )
     gpu1 = wait_for(
-        lambda: (d := _device(client, auth, "gpu-1"))["health"] and d, what="gpu-1's health"
+        lambda: (d := _known_device(client, auth, "gpu-1")) and d["health"] and d,
+        what="gpu-1's health",
     )
     assert gpu1["health"]["health"] == "Unhealthy"
     assert gpu1["health"]["source"] == "pod_status"
@@ -314,7 +330,8 @@ def test_pod_status_health_maps_cdi_ids_and_device_names(
     assert gpu1["allocation_history"][0]["claim"] == "ml/trainer-0-gpu-x7k2p"
     assert gpu1["allocation_history"][0]["ended"] is None
     gpu2 = wait_for(
-        lambda: (d := _device(client, auth, "gpu-2"))["health"] and d, what="gpu-2's health"
+        lambda: (d := _known_device(client, auth, "gpu-2")) and d["health"] and d,
+        what="gpu-2's health",
     )
     assert gpu2["health"]["health"] == "Unhealthy"
     # "Unknown" is the kubelet not knowing: it sets nothing.
