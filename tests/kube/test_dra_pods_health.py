@@ -179,8 +179,8 @@ def test_claim_device_conditions_set_health_with_history(
     fake_api.put("resourceclaims", claim("False", "XidError"))
     client = start_app()
     page = wait_for(
-        lambda: (d := _known_device(client, auth, "gpu-0")) and d["health"] and d,
-        what="gpu-0's health",
+        lambda: (d := _known_device(client, auth, "gpu-0")) and d["health"] and d["current"] and d,
+        what="gpu-0's health and its claim",
     )
     assert page["health"]["health"] == "Unhealthy"
     assert page["health"]["source"] == "claim_status"
