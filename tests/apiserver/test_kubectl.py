@@ -175,10 +175,10 @@ def test_the_command_serves_writes_a_kubeconfig_and_stops_on_sigterm(tmp_path: P
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
+        # Waits for the outcome, however busy the machine; the suite's per-test timeout
+        # ends a server that never writes its kubeconfig.
         while not kubeconfig.exists():
             assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            assert time.monotonic() < deadline, "no kubeconfig written"
             time.sleep(0.05)
         config = yaml.safe_load(kubeconfig.read_text())
         assert kubeconfig.stat().st_mode & 0o777 == 0o600
