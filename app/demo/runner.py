@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from app.demo.agent_credentials import AgentCredentials
 from app.demo.processes import Child, Children, wait_for
 from app.demo.topology import (
     TOPOLOGY,
@@ -39,7 +40,6 @@ from app.sim.apiserver.server import url_host, write_kubeconfig
 from app.sim.apiserver.store import Store
 
 READY_TIMEOUT_SECONDS = 60.0
-AGENT_TOKEN_PREFIX = "demo-agent-"
 ADMIN_TOKEN_NAME = "demo-admin"
 # The API server stops last: the service and the nodes talk to it until they are gone.
 TIER_CLUSTER, TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2, 3
@@ -139,7 +139,11 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def _prepare_database(layout: DemoLayout) -> bool:
-    """Migrate the SQLite database and make sure the agents' token works; True if new."""
+    """Migrate the SQLite database and make sure the admin token works; True if new.
+
+    The agents need no token from the database: they present ServiceAccount tokens the
+    simulated API server issues (`AgentCredentials`), which the service checks through
+    TokenReview."""
     from app.db import create_db_engine, make_session_factory
     from app.demo.tokens import ensure_token_file
     from app.migrate import upgrade_to_head
@@ -148,18 +152,10 @@ def _prepare_database(layout: DemoLayout) -> bool:
     engine = create_db_engine(layout.database_url)
     try:
         factory = make_session_factory(engine)
-        created = False
-        for node in TOPOLOGY:
-            _, new = ensure_token_file(
-                factory,
-                layout.token_file(node.name),
-                f"{AGENT_TOKEN_PREFIX}{node.name}",
-                ["ingest"],
-                node=node.name,
-            )
-            created = created or new
         # With auth off visitors only read; the advertise form needs a signed-in admin.
-        ensure_token_file(factory, layout.admin_token_file, ADMIN_TOKEN_NAME, ["read", "admin"])
+        _, created = ensure_token_file(
+            factory, layout.admin_token_file, ADMIN_TOKEN_NAME, ["read", "admin"]
+        )
     finally:
         engine.dispose()
     return created
@@ -308,8 +304,22 @@ class Demo:
         layout = self.layout
         if self.stop_requested.is_set():
             return 0
-        logs = layout.logs_dir
         self.cluster_url = self._start_cluster(children)
+        credentials = AgentCredentials(
+            layout.kubeconfig,
+            [(node.name, layout.token_file(node.name)) for node in TOPOLOGY],
+            threading.Event(),
+        )
+        credentials.start()
+        try:
+            return self._run_cluster(children, credentials)
+        finally:
+            credentials.stop.set()
+            credentials.join(timeout=5)
+
+    def _run_cluster(self, children: Children, credentials: AgentCredentials) -> int:
+        layout = self.layout
+        logs = layout.logs_dir
         children.start(
             "service",
             ["serve", "--host", self.host, "--port", str(self.port), "--no-migrate"],
@@ -332,8 +342,24 @@ class Demo:
             logs / "sim-dra-driver.log",
             TIER_NODES,
         )
-        # Agents start with the rest: they retry until the kubelet and the service answer,
-        # and their first snapshots then arrive as soon as the service is ready.
+        # Agents start once the API server has issued their tokens; they retry until the
+        # kubelet and the service answer, and their first snapshots then arrive as soon as the
+        # service is ready.
+        if not wait_for(
+            lambda: (
+                credentials.all_issued()
+                or self.stop_requested.is_set()
+                or children.first_exited() is not None
+            ),
+            READY_TIMEOUT_SECONDS,
+            interval=0.1,
+        ):
+            raise DemoError(
+                f"the simulated API server issued no agent tokens in {READY_TIMEOUT_SECONDS:g} s; "
+                f"see {logs / 'sim-apiserver.log'}"
+            )
+        if self.stop_requested.is_set():
+            return 0
         for node in TOPOLOGY:
             args = agent_args(
                 node,
