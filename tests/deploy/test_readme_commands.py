@@ -42,7 +42,7 @@ SERVICE_ADDRESSES = ("127.0.0.1:8000", "localhost:8000")
 APISERVER_ADDRESS = "127.0.0.1:PORT"
 TOOLS = ("kubectl", "curl")
 
-STARTUP_TIMEOUT = 90.0
+STARTUP_TIMEOUT = 180.0
 # Generous: the demo's agents report every 2 s, but the machine may be busy.
 OUTCOME_TIMEOUT = 60.0
 COMMAND_TIMEOUT = 120.0
