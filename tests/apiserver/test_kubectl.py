@@ -62,7 +62,7 @@ def test_discovery_documents(api: SimApiServer) -> None:
     assert http(api, "GET", "/version")[1]["major"] == "1"
     assert http(api, "GET", "/api")[1]["versions"] == ["v1"]
     groups = {g["name"] for g in http(api, "GET", "/apis")[1]["groups"]}
-    assert groups == {"resource.k8s.io", "authentication.k8s.io"}
+    assert groups == {"resource.k8s.io", "authentication.k8s.io", "coordination.k8s.io"}
     core = {r["name"]: r for r in http(api, "GET", "/api/v1")[1]["resources"]}
     assert core["nodes"]["kind"] == "Node" and not core["nodes"]["namespaced"]
     assert "patch" in core["nodes/status"]["verbs"]

@@ -18,9 +18,9 @@ KUBECONFIG_NAME = "kubeconfig"
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sim-apiserver",
-        help="run a simulated Kubernetes API server (nodes, pods, DRA objects, tokens)",
+        help="run a simulated Kubernetes API server (nodes, pods, DRA objects, leases, tokens)",
         description="Serve the Kubernetes REST API Devicedeck and its users need (discovery, "
-        "nodes with their status, pods, ResourceSlices, ResourceClaims, TokenRequest, "
+        "nodes with their status, pods, ResourceSlices, ResourceClaims, Leases, TokenRequest, "
         "TokenReview) over plain HTTP, keeping its state in --data-dir. Writes a kubeconfig "
         "with the server's URL and an admin token for kubectl, curl and the service.",
     )

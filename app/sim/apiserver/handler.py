@@ -216,9 +216,10 @@ class ApiHandler(BaseHTTPRequestHandler):
         if method == "GET":
             return 200, store.get(resource, namespace, name)
         if method == "PUT":
-            return 200, store.update(
+            created, obj = store.replace(
                 resource, namespace, name, request.json(), subresource=target.subresource
             )
+            return (201 if created else 200), obj
         if method == "PATCH":
             content_type = request.headers.get("content-type", "").split(";")[0].strip()
             if content_type not in PATCH_TYPES:

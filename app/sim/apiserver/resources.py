@@ -10,6 +10,7 @@ OBJECT_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 STATUS_VERBS = ["get", "patch", "update"]
 AUTH_GROUP = "authentication.k8s.io"
 DRA_GROUP = "resource.k8s.io"
+COORDINATION_GROUP = "coordination.k8s.io"
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,11 @@ class Resource:
     short_names: tuple[str, ...] = ()
     # Whether it has a status subresource: writes to the object then leave status alone.
     has_status: bool = False
+    # The API server's per-resource update strategy: whether a PUT without a resourceVersion
+    # overwrites what is stored (nodes, pods) or is refused (leases, which exist to be
+    # written with optimistic concurrency), and whether a PUT of a missing object creates it.
+    unconditional_update: bool = True
+    create_on_update: bool = False
 
     @property
     def api_version(self) -> str:
@@ -60,7 +66,18 @@ RESOURCE_SLICES = Resource(
 RESOURCE_CLAIMS = Resource(
     "resourceclaims", "resourceclaim", "ResourceClaim", DRA_GROUP, "v1", True, has_status=True
 )
-RESOURCES = (NODES, PODS, RESOURCE_SLICES, RESOURCE_CLAIMS)
+LEASES = Resource(
+    "leases",
+    "lease",
+    "Lease",
+    COORDINATION_GROUP,
+    "v1",
+    True,
+    unconditional_update=False,
+    create_on_update=True,
+)
+RESOURCES = (NODES, PODS, RESOURCE_SLICES, RESOURCE_CLAIMS, LEASES)
+GROUPS = (AUTH_GROUP, COORDINATION_GROUP, DRA_GROUP)
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 BY_PLURAL = {r.plural: r for r in RESOURCES}
 
@@ -84,12 +101,12 @@ def api_groups() -> dict[str, Any]:
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [_group(AUTH_GROUP, "v1"), _group(DRA_GROUP, "v1")],
+        "groups": [_group(name, "v1") for name in GROUPS],
     }
 
 
 def api_group(name: str) -> dict[str, Any] | None:
-    if name not in (AUTH_GROUP, DRA_GROUP):
+    if name not in GROUPS:
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, "v1")}
 
@@ -124,7 +141,7 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
                 "verbs": ["create"],
             }
         )
-    elif group != DRA_GROUP:
+    elif group not in GROUPS:
         return None
     return {
         "kind": "APIResourceList",

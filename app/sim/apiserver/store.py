@@ -22,7 +22,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.sim.apiserver.errors import STALE, already_exists, bad_request, conflict, not_found
+from app.sim.apiserver.errors import (
+    STALE,
+    already_exists,
+    bad_request,
+    conflict,
+    invalid,
+    not_found,
+)
 from app.sim.apiserver.patches import apply_patch
 from app.sim.apiserver.resources import BY_PLURAL, RESOURCES, Resource
 from app.sim.apiserver.selectors import Matcher
@@ -47,6 +54,11 @@ class Change:
 
 def now_text() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def qualified(resource: Resource) -> str:
+    """The resource as the API server names it in errors: `leases.coordination.k8s.io`."""
+    return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
 
 
 def object_key(resource: Resource, namespace: str | None, name: str) -> str:
@@ -217,6 +229,17 @@ class Store:
             if not isinstance(metadata, dict):
                 raise bad_request("metadata must be an object")
             wanted = metadata.get("resourceVersion")
+            if wanted in (None, "") and content_type is None and not resource.unconditional_update:
+                raise invalid(
+                    qualified(resource),
+                    name,
+                    [
+                        (
+                            "metadata.resourceVersion",
+                            "Invalid value: 0: must be specified for an update",
+                        )
+                    ],
+                )
             if wanted not in (None, "") and str(wanted) != current["metadata"]["resourceVersion"]:
                 raise conflict(resource.plural, name, STALE, resource.group)
             if metadata.get("name", name) != name or (
@@ -231,6 +254,32 @@ class Store:
                 return copy.deepcopy(current)
             self._commit(resource, key, merged, "MODIFIED")
             return copy.deepcopy(merged)
+
+    def replace(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+    ) -> tuple[bool, dict[str, Any]]:
+        """PUT: (whether it created the object, the object). A resource that allows it is
+        created by a PUT when missing, as the API server does for leases."""
+        with self.cond:
+            missing = object_key(resource, namespace, name) not in self.objects[resource.plural]
+            if missing and resource.create_on_update and subresource is None:
+                if not isinstance(body, dict):
+                    raise bad_request("the body of the request must be a JSON object")
+                metadata = body.get("metadata")
+                if not isinstance(metadata, dict):
+                    raise bad_request("metadata must be an object")
+                if metadata.get("name", name) != name:
+                    raise bad_request("the name of the object does not match the name on the URL")
+                return True, self.create(
+                    resource, namespace, {**body, "metadata": {**metadata, "name": name}}
+                )
+            return False, self.update(resource, namespace, name, body, subresource=subresource)
 
     def _merge(
         self,

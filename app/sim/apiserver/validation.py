@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from app.kubelet.names import dns1123_label_problem, dns1123_subdomain_problem
-from app.sim.apiserver.errors import invalid
+from app.sim.apiserver.errors import bad_request, invalid
 from app.sim.apiserver.resources import Resource
 
 QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[eE][+-]?\d+|[numkMGTPE])?$")
@@ -55,6 +55,8 @@ def validate(resource: Resource, obj: Any, name_hint: str = "") -> None:
         problems.append(("metadata.labels", "Invalid value: label values must be strings"))
     if resource.kind == "Node":
         problems += _node_problems(obj)
+    if resource.kind == "Lease":
+        problems += _lease_problems(obj)
     if problems:
         raise invalid(resource.kind, str(name or name_hint), problems)
 
@@ -85,4 +87,42 @@ def _node_problems(obj: dict[str, Any]) -> list[tuple[str, str]]:
                         "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
                     )
                 )
+    return problems
+
+
+LEASE_INTEGERS = ("leaseDurationSeconds", "leaseTransitions")
+LEASE_STRINGS = ("holderIdentity", "acquireTime", "renewTime")
+
+
+def _lease_problems(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """The API server's Lease checks: a duration above 0, transitions not below 0. A value of
+    the wrong type does not decode at all, which it answers 400 BadRequest."""
+    spec = obj.get("spec")
+    if spec is None:
+        return []
+    if not isinstance(spec, dict):
+        raise bad_request(
+            'Lease in version "v1" cannot be handled as a Lease: spec must be an object'
+        )
+    for field, wanted in [(f, int) for f in LEASE_INTEGERS] + [(f, str) for f in LEASE_STRINGS]:
+        value = spec.get(field)
+        if value is not None and (not isinstance(value, wanted) or isinstance(value, bool)):
+            raise bad_request(
+                f'Lease in version "v1" cannot be handled as a Lease: spec.{field} must be '
+                f"{'an integer' if wanted is int else 'a string'}, not {value!r}"
+            )
+    problems = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and duration <= 0:
+        problems.append(
+            ("spec.leaseDurationSeconds", f"Invalid value: {duration}: must be greater than 0")
+        )
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and transitions < 0:
+        problems.append(
+            (
+                "spec.leaseTransitions",
+                f"Invalid value: {transitions}: must be greater than or equal to 0",
+            )
+        )
     return problems
