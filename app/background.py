@@ -21,7 +21,7 @@ from app.config import Settings
 from app.db import write_session
 from app.inventory.freshness import Freshness
 from app.inventory.staleness import mark_stale_nodes
-from app.leadership import Leadership
+from app.leadership import Election, Leadership
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,8 @@ def start_background_tasks(app: FastAPI) -> BackgroundTasks:
     background = BackgroundTasks()
     for starter in app.state.background_starters:
         starter(app, background)
-    leadership = Leadership(app.state.settings.database_url)
+    # A starter may have chosen the election (a Lease, with cluster access); else the database.
+    leadership = background.election or Leadership(app.state.settings.database_url)
     app.state.leadership = leadership
     app.state.metrics.watch_leadership(lambda: leadership.leading)
     background.start(leadership.run(background.run_once_only), name="leadership")
@@ -60,6 +61,17 @@ class BackgroundTasks:
     def __init__(self) -> None:
         self.tasks: list[asyncio.Task[None]] = []
         self.once_only: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
+        self.election: Election | None = None
+        self.closers: list[Callable[[], None]] = []
+
+    def elect_with(self, election: Election) -> None:
+        """Decide who runs the once-only tasks with this election instead of the database
+        lock."""
+        self.election = election
+
+    def at_stop(self, close: Callable[[], None]) -> None:
+        """Call close at shutdown, after every task (the leader's last writes too) ended."""
+        self.closers.append(close)
 
     def start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self.tasks.append(asyncio.create_task(coro, name=name))
@@ -93,6 +105,8 @@ class BackgroundTasks:
             await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 30)
         except TimeoutError:
             log.warning("background threads still running at shutdown after 30 s")
+        for close in self.closers:
+            close()
 
 
 async def stale_sweep(app: FastAPI, settings: Settings) -> None:

@@ -68,6 +68,19 @@ class Settings(BaseSettings):
     kube: KubeMode = Field(default=KubeMode.OFF)
     kubeconfig: str | None = Field(default=None)
     kube_resync: float = Field(default=300.0, gt=0)
+    leader_lease_name: str = Field(
+        default="devicedeck-leader",
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="the coordination.k8s.io Lease the replicas elect their leader with",
+    )
+    leader_lease_namespace: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="the Lease's namespace; default: the pod's own (in cluster) or the "
+        "kubeconfig context's, else default",
+    )
     agent_service_accounts: str = Field(
         default="devicedeck-agent:devicedeck-agent",
         pattern=r"^[a-z0-9.-]+:[a-z0-9.-]+(,[a-z0-9.-]+:[a-z0-9.-]+)*$",

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from sqlalchemy.engine import make_url
@@ -31,6 +31,14 @@ LOCK_KEY = 0x44444C4541444552
 # How often a follower tries the lock, and the leader checks its lock connection is alive.
 RETRY_SECONDS = 2.0
 CHECK_SECONDS = 5.0
+
+
+class Election(Protocol):
+    """Who runs the work that must run once: this lock, or a Lease (app/kube/lease.py)."""
+
+    leading: bool
+
+    async def run(self, work: Callable[[], Awaitable[None]]) -> None: ...
 
 
 class Leadership:

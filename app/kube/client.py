@@ -32,6 +32,8 @@ CONNECT_TIMEOUT = 10.0
 # A watch may be quiet for its whole timeout; the read timeout only has to catch dead peers.
 WATCH_READ_SLACK = 30.0
 PATCH_TIMEOUT = (CONNECT_TIMEOUT, 30.0)
+# A lease write must end well within the leader's renew deadline (app/kube/lease.py).
+LEASE_TIMEOUT = (3.0, 3.0)
 JSON_PATCH = "application/json-patch+json"
 
 
@@ -97,6 +99,7 @@ class KubeApi:
         self.core = k8s.CoreV1Api(self.api_client)
         self.custom = k8s.CustomObjectsApi(self.api_client)
         self.authentication = k8s.AuthenticationV1Api(self.api_client)
+        self.coordination = k8s.CoordinationV1Api(self.api_client)
         # The DRA version this API server serves, found by the first list that succeeded.
         self.dra_version: str | None = None
 
@@ -226,6 +229,37 @@ class KubeApi:
             if e.code == 404:
                 return None
             raise
+
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The coordination.k8s.io/v1 Lease, or None when there is none of that name."""
+        try:
+            return self._json(
+                lambda: self.coordination.read_namespaced_lease(
+                    name, namespace, _preload_content=False, _request_timeout=LEASE_TIMEOUT
+                )
+            )
+        except ApiStatus as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
+        """Create the Lease; 409 AlreadyExists when another wrote it first."""
+        body: Any = lease  # sent as the JSON it is, not through the typed model
+        return self._json(
+            lambda: self.coordination.create_namespaced_lease(
+                namespace, body, _preload_content=False, _request_timeout=LEASE_TIMEOUT
+            )
+        )
+
+    def replace_lease(self, namespace: str, name: str, lease: dict[str, Any]) -> dict[str, Any]:
+        """Replace the Lease; 409 Conflict unless lease's resourceVersion is still current."""
+        body: Any = lease
+        return self._json(
+            lambda: self.coordination.replace_namespaced_lease(
+                name, namespace, body, _preload_content=False, _request_timeout=LEASE_TIMEOUT
+            )
+        )
 
     def _json(self, call: Callable[[], Any]) -> dict[str, Any]:
         """One request's JSON answer; ApiStatus for an error Status, ApiUnreachable for none."""

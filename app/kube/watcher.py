@@ -20,6 +20,7 @@ from app.db import write_session
 from app.kube import dra_sync, node_sync, pod_sync
 from app.kube.client import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeApi
 from app.kube.errors import KubeUnavailable
+from app.kube.lease import LeaseElection, holder_identity, lease_namespace
 from app.kube.reflector import Reflector, Sync
 from app.kube.service_accounts import ServiceAccountReviewer, parse_service_accounts
 
@@ -76,13 +77,12 @@ class ClusterWatcher:
                 log.warning("joining allocations to pods failed; will retry error=%s", e)
 
 
-async def run_watcher(watcher: ClusterWatcher, api: KubeApi) -> None:
+async def run_watcher(watcher: ClusterWatcher) -> None:
     watcher.start()
     try:
-        await asyncio.Future()  # runs until the owner cancels it at shutdown
+        await asyncio.Future()  # runs until cancelled: leadership lost, or shutdown
     finally:
         await asyncio.to_thread(watcher.stop)
-        api.close()
 
 
 def start_cluster_integration(app: FastAPI, tasks: BackgroundTasks) -> None:
@@ -103,7 +103,15 @@ def start_cluster_integration(app: FastAPI, tasks: BackgroundTasks) -> None:
     app.state.service_account_reviewer = ServiceAccountReviewer(
         api, parse_service_accounts(settings.agent_service_accounts)
     )
-    watcher = ClusterWatcher(api, app.state.session_factory, settings.kube_resync)
     log.info("cluster integration started mode=%s host=%s", settings.kube.value, api.host)
-    # The admin routes use the client on every replica; one replica watches.
-    tasks.start_once(lambda: run_watcher(watcher, api), name="kube-watcher")
+    # With cluster access the replicas elect their leader with a Lease, not the database.
+    tasks.elect_with(
+        LeaseElection(api, lease_namespace(settings), settings.leader_lease_name, holder_identity())
+    )
+    # The admin routes use the client on every replica; the leader watches, with a new
+    # watcher each time it becomes the leader (a stopped one stays stopped).
+    tasks.start_once(
+        lambda: run_watcher(ClusterWatcher(api, app.state.session_factory, settings.kube_resync)),
+        name="kube-watcher",
+    )
+    tasks.at_stop(api.close)

@@ -22,7 +22,7 @@ from app.db import EventLoopDatabase
 from app.inventory.ingest import SnapshotIngest
 from app.kube.client import KubeApi
 from app.kube.service_accounts import ServiceAccountReviewer
-from app.leadership import Leadership
+from app.leadership import Election
 from app.metrics import ServiceMetrics
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class ServiceState(State):
     ingest: SnapshotIngest
     metrics: ServiceMetrics
     # Whether this process runs the work only one process runs (app/leadership.py).
-    leadership: Leadership
+    leadership: Election
     # The cluster integration: its client, or why there is none (None when it is off).
     kube_api: KubeApi | None
     kube_problem: str | None

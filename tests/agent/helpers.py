@@ -136,6 +136,21 @@ class Service:
             self._process.stop()
             self._process = None
 
+    def kill(self) -> None:
+        """End the service as a crash or a lost node would: SIGKILL, no shutdown at all."""
+        if self._process is not None and self._process.proc is not None:
+            self._process.proc.kill()
+            self._process.proc.wait()
+        self.stop()
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def output(self) -> str:
+        return self._process.output() if self._process is not None else ""
+
     def create_token(self, name: str, *scopes: str, node: str | None = None) -> str:
         argv = [DEVICEDECK, "token", "create", "--name", name]
         for scope in scopes:
