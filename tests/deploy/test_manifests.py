@@ -241,7 +241,13 @@ VERBS_BY_PREFIX = {
 }
 CUSTOM_OBJECT_VERBS = {"list_cluster_custom_object": "list"}
 AUTHENTICATION_GRANTS = {"create_token_review": ("authentication.k8s.io", "tokenreviews", "create")}
-API_CLASSES = {"CoreV1Api", "CustomObjectsApi", "AuthenticationV1Api"}
+# The leader election's Lease, in the service's own namespace: a Role, not the ClusterRole.
+COORDINATION_GRANTS = {
+    "read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
+    "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
+    "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
+}
+API_CLASSES = {"CoreV1Api", "CustomObjectsApi", "AuthenticationV1Api", "CoordinationV1Api"}
 Grant = tuple[str, str, str]  # (apiGroup, resource, verb)
 
 
@@ -275,6 +281,9 @@ def grants_used_by_code() -> set[Grant]:
     for method in set(re.findall(r"\.authentication\.(\w+)", text)):
         assert method in AUTHENTICATION_GRANTS, f"AuthenticationV1Api.{method}: teach this test"
         grants.add(AUTHENTICATION_GRANTS[method])
+    for method in set(re.findall(r"\.coordination\.(\w+)", text)):
+        assert method in COORDINATION_GRANTS, f"CoordinationV1Api.{method}: teach this test"
+        grants.add(COORDINATION_GRANTS[method])
     # Collections are listed and watched generically by Kind (KubeApi.list_all, open_watch).
     client_text = sources[REPO / "app" / "kube" / "client.py"]
     generic_verbs = set()
@@ -315,11 +324,21 @@ def test_server_rbac_grants_exactly_what_app_kube_calls() -> None:
     assert NODE_STATUS_PATCH in needed, "the code scan found no status patch"
     assert {("", "nodes", "watch"), ("resource.k8s.io", "resourceclaims", "list")} <= needed
     assert {("authentication.k8s.io", "tokenreviews", "create"), ("", "pods", "get")} <= needed
-    # The base grants all but the status patch, which only the optional component adds.
-    assert granted(find("ClusterRole", "devicedeck-server")) == needed - {NODE_STATUS_PATCH}
+    leases = set(COORDINATION_GRANTS.values())
+    assert leases <= needed, "the code scan found no leader election"
+    # The base grants all but the status patch, which only the optional component adds;
+    # the Lease only in the service's namespace.
+    cluster_wide = needed - {NODE_STATUS_PATCH} - leases
+    assert granted(find("ClusterRole", "devicedeck-server")) == cluster_wide
     assert granted(find("ClusterRole", "devicedeck-server-node-status")) == {NODE_STATUS_PATCH}
+    role = find("Role", "devicedeck-server-leader-election")
+    assert role["metadata"]["namespace"] == SERVER_NAMESPACE
+    assert granted(role) == leases
     base_roles = [o for _, o in BASE if o["kind"] in ("Role", "ClusterRole")]
-    assert [r["metadata"]["name"] for r in base_roles] == ["devicedeck-server"]
+    assert [r["metadata"]["name"] for r in base_roles] == [
+        "devicedeck-server",
+        "devicedeck-server-leader-election",
+    ]
 
 
 @pytest.mark.parametrize("role", ["devicedeck-server", "devicedeck-server-node-status"])
@@ -334,4 +353,17 @@ def test_server_roles_are_bound_to_the_server_account_only(role: str) -> None:
         {"kind": "ServiceAccount", "name": "devicedeck", "namespace": SERVER_NAMESPACE}
     ]
     roles = [o for _, o in EVERYTHING if o["kind"] in ("Role", "ClusterRole")]
-    assert len(roles) == 2
+    assert len(roles) == 3
+
+
+def test_the_leader_election_role_is_bound_to_the_server_account_in_its_namespace() -> None:
+    binding = find("RoleBinding", "devicedeck-server-leader-election")
+    assert binding["metadata"]["namespace"] == SERVER_NAMESPACE
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "devicedeck-server-leader-election",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "devicedeck", "namespace": SERVER_NAMESPACE}
+    ]
