@@ -242,28 +242,43 @@ class LeaseElection:
 
     async def _release(self) -> None:
         """Give the Lease up, if this process holds it, so another need not wait it out."""
-        if not self.holds():
-            return
-        assert self._lease is not None
-        released = copy.deepcopy(self._lease)
-        now = micro_time()
-        spec = released.get("spec") or {}
-        released["spec"] = {
-            "holderIdentity": "",
-            "leaseDurationSeconds": 1,
-            "acquireTime": now,
-            "renewTime": now,
-            "leaseTransitions": int(spec.get("leaseTransitions") or 0),
-        }
-        try:
-            self._seen(
-                await asyncio.to_thread(self.api.replace_lease, self.namespace, self.name, released)
-            )
-            log.info("lease %s given up", self.where)
-        except (ApiStatus, ApiUnreachable) as e:
-            # Another holds it already, or the API server is away: the Lease runs out.
-            log.warning("lease %s not given up: %s; it expires by itself", self.where, e)
-            self._lease = None
+        # Twice at most: a renewal still in flight when the leader was stopped may have
+        # changed the version last seen; the Lease read afresh says whether it is still ours.
+        for _ in range(2):
+            if not self.holds():
+                return
+            assert self._lease is not None
+            released = copy.deepcopy(self._lease)
+            now = micro_time()
+            spec = released.get("spec") or {}
+            released["spec"] = {
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": int(spec.get("leaseTransitions") or 0),
+            }
+            try:
+                self._seen(
+                    await asyncio.to_thread(
+                        self.api.replace_lease, self.namespace, self.name, released
+                    )
+                )
+                log.info("lease %s given up", self.where)
+                return
+            except ApiStatus as e:
+                if e.code != 409:
+                    break
+                with contextlib.suppress(ApiStatus, ApiUnreachable):
+                    self._lease = await asyncio.to_thread(
+                        self.api.read_lease, self.namespace, self.name
+                    )
+            except ApiUnreachable:
+                break
+        if self.holds():
+            # The API server is away: the Lease runs out by itself.
+            log.warning("lease %s not given up; it expires by itself", self.where)
+        self._lease = None
 
     def _problem(self, message: str) -> None:
         """Log a failed attempt once until it changes, not on every retry."""

@@ -48,7 +48,17 @@ class WatchRecordingApiServer(SimApiServer):
             return {who for who, _ in self.watches[since:]}
 
     def lease(self) -> dict[str, Any] | None:
-        return self.store.find("leases", f"{NAMESPACE}/{LEASE}")
+        """The Lease as any client reads it from the API server."""
+        answer = httpx.get(
+            f"{self.url}/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE}",
+            headers={"Authorization": f"Bearer {self.store.admin_token}"},
+            timeout=10,
+        )
+        if answer.status_code == 404:
+            return None
+        answer.raise_for_status()
+        lease: dict[str, Any] = answer.json()
+        return lease
 
 
 def replica(name: str, api: WatchRecordingApiServer, database_url: str, tmp_path: Path) -> Service:
