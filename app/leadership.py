@@ -1,6 +1,8 @@
 """One process at a time does the work that must run once: the stale sweep and the cluster
 watcher. Every replica and every worker of `devicedeck serve` serves requests; the one that
-holds the lock also runs that work, and another takes over when it stops.
+holds the lock also runs that work, and another takes over when it stops. With cluster
+access the replicas elect with a Kubernetes Lease instead (app/kube/lease.py); this lock is
+the election without one.
 
 On PostgreSQL the lock is a session-level advisory lock held by a connection of its own: the
 database releases it the moment that connection ends, whether the process stopped cleanly,
