@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from agent.helpers import Service, wait_until
 
 from app.clock import utcnow
@@ -89,6 +90,9 @@ def identity(service: Service) -> str:
     return f"{socket.gethostname()}_{service.pid}"
 
 
+# Replicas share PostgreSQL in production; the Lease does not depend on the database, so one
+# database is enough (each run takes minutes).
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_one_replica_holds_the_lease_and_the_other_takes_over(
     database_url: str, tmp_path: Path
 ) -> None:
