@@ -10,8 +10,8 @@ from datetime import timedelta
 from fastapi import Depends, FastAPI
 
 from app import __version__
-from app.api import docs, ingest, inventory, kube, service, tokens
-from app.auth import TokenCache
+from app.api import docs, ingest, inventory, kube, openapi, service, tokens
+from app.auth import ANONYMOUS_READER, TokenCache
 from app.background import clock_of, start_background_tasks, start_stale_sweep
 from app.config import AuthMode, Settings
 from app.db import (
@@ -108,4 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(docs.router)
     kube.install(app)
     install_ui(app)
+    api_routers = [ingest.router, service.router, inventory.router, tokens.router, kube.router]
+    open_scopes = ANONYMOUS_READER.scopes if settings.auth is AuthMode.OFF else frozenset()
+    openapi.install(app, api_routers, open_scopes)
     return app

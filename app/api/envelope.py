@@ -3,18 +3,35 @@ whether count is exact (past 10,000 matches it is the database's estimate)."""
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_args
 
 from fastapi import Request
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
+from app.api.examples import example_of
 from app.inventory.pages import Page
 from app.web.state import service_state
 
 T = TypeVar("T")
 
 
+def _example(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """One page of one item, the item being the example of the model the list holds."""
+    (item,) = get_args(model.model_fields["results"].annotation)
+    if isinstance(item, type) and issubclass(item, BaseModel):
+        schema["examples"] = [
+            {
+                "results": [example_of(item)],
+                "next": "/api/v1/devices?limit=1&cursor=eyJrIjpbMTddfQ",
+                "count": 8,
+                "count_exact": True,
+            }
+        ]
+
+
 class ListEnvelope(BaseModel, Generic[T]):
+    model_config = ConfigDict(json_schema_extra=_example)
+
     results: list[T]
     next: str | None
     count: int | None

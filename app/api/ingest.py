@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel
 
+from app.api.examples import example
 from app.api.models import NOT_JSON, ErrorOut
 from app.auth import check_node
 from app.inventory.errors import DomainError
@@ -38,6 +39,20 @@ INGEST_ERRORS: dict[int | str, dict[str, Any]] = {
 
 class IngestResponse(BaseModel):
     """What one snapshot changed; all zero and `changed` false for an unchanged snapshot."""
+
+    model_config = example(
+        {
+            "changed": True,
+            "duplicate": False,
+            "added": 2,
+            "removed": 0,
+            "reappeared": 0,
+            "health_changes": 1,
+            "allocated": 0,
+            "released": 0,
+            "events": 3,
+        }
+    )
 
     changed: bool
     duplicate: bool
@@ -130,6 +145,7 @@ def _body_bytes(request: Request) -> int | None:
 
 @router.post(
     "/listandwatch",
+    operation_id="ingestListAndWatch",
     summary="Replace one (node, resource)'s device list with a ListAndWatch snapshot",
     response_model=IngestResponse,
     responses=INGEST_ERRORS,
@@ -156,6 +172,7 @@ async def ingest_listandwatch(
 
 @router.post(
     "/podresources",
+    operation_id="ingestPodResources",
     summary="Replace a node's allocations with a PodResources List snapshot",
     response_model=IngestResponse,
     responses=INGEST_ERRORS,

@@ -22,6 +22,13 @@ from app.api.models import (
     PodOut,
     ResourceOut,
 )
+from app.api.vocabulary import (
+    DeviceSort,
+    EventKindChoice,
+    HealthChoice,
+    NodeSort,
+    StateChoice,
+)
 from app.inventory.fields import CURSOR_MAX, NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.inventory.pages import DEFAULT_LIMIT, MAX_KEY, MAX_LIMIT, Page
@@ -64,7 +71,12 @@ CSV: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/nodes", response_model=ListEnvelope[NodeOut], summary="Nodes with device counts")
+@router.get(
+    "/nodes",
+    operation_id="listNodes",
+    response_model=ListEnvelope[NodeOut],
+    summary="Nodes with device counts",
+)
 def nodes(
     request: Request,
     session: ReadSession,
@@ -77,7 +89,7 @@ def nodes(
     resource: Annotated[
         str | None, Query(max_length=RESOURCE_MAX, description="only nodes with this resource")
     ] = None,
-    sort: Annotated[str, Query(description="name or last_seen; '-' for descending")] = "name",
+    sort: Annotated[NodeSort, Query(description="name or last_seen; '-' for descending")] = "name",
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
 ) -> dict[str, Any]:
@@ -94,6 +106,7 @@ def nodes(
 
 @router.get(
     "/nodes/{name}",
+    operation_id="getNode",
     response_model=NodeDetailOut,
     responses=NOT_FOUND,
     summary="One node: counts, plugins, kubelet allocatable, capacity",
@@ -104,6 +117,7 @@ def node(name: str, session: ReadSession, _: Reader, clock: QueryClock) -> dict[
 
 @router.get(
     "/devices",
+    operation_id="listDevices",
     response_model=ListEnvelope[DeviceOut],
     responses=CSV,
     summary="Devices, filtered",
@@ -120,17 +134,19 @@ def devices(
     ] = None,
     resource: Annotated[str | None, Query(max_length=RESOURCE_MAX)] = None,
     health: Annotated[
-        str | None, Query(description="Healthy, Unhealthy or Unknown, in any letter case")
+        HealthChoice | None, Query(description="Healthy, Unhealthy or Unknown, in any letter case")
     ] = None,
     allocated: Annotated[bool | None, Query(description="true: held by a pod; false: not")] = None,
     namespace: Annotated[str | None, Query(max_length=NAMESPACE_MAX)] = None,
     pod: Text = None,
-    state: Annotated[str, Query(description="present, removed or any")] = "present",
+    state: Annotated[
+        StateChoice, Query(description="present, removed or any, in any letter case")
+    ] = "present",
     q: Annotated[
         str | None, Query(max_length=NAME_MAX, description="substring of the device ID")
     ] = None,
     sort: Annotated[
-        str,
+        DeviceSort,
         Query(
             description="node, resource, device_id, health, attention (Unhealthy, then "
             "Unknown, then Healthy), health_since, holder or id; '-' for descending"
@@ -164,6 +180,7 @@ def devices(
 
 @router.get(
     "/devices/{id}",
+    operation_id="getDevice",
     response_model=DeviceDetailOut,
     responses=NOT_FOUND,
     summary="One device with its health history and allocation history",
@@ -186,7 +203,12 @@ def device(
     return get_device(session, pk, clock)
 
 
-@router.get("/pods", response_model=ListEnvelope[PodOut], summary="Pods holding devices now")
+@router.get(
+    "/pods",
+    operation_id="listPods",
+    response_model=ListEnvelope[PodOut],
+    summary="Pods holding devices now",
+)
 def pods(
     request: Request,
     session: ReadSession,
@@ -208,6 +230,7 @@ def pods(
 
 @router.get(
     "/pods/{namespace}/{name}",
+    operation_id="getPod",
     response_model=PodDetailOut,
     responses=NOT_FOUND,
     summary="One pod, running or finished: every device it held, when, and its health meanwhile",
@@ -220,6 +243,7 @@ def pod(
 
 @router.get(
     "/resources",
+    operation_id="listResources",
     response_model=ListEnvelope[ResourceOut],
     summary="Per resource name: cluster totals (per-node counts: /nodes?resource=NAME)",
 )
@@ -236,6 +260,7 @@ def resources(
 
 @router.get(
     "/events",
+    operation_id="listEvents",
     response_model=ListEnvelope[EventOut],
     responses=CSV,
     summary="The change log, newest first",
@@ -247,7 +272,7 @@ def events(
     _: Reader,
     node: Text = None,
     resource: Annotated[str | None, Query(max_length=RESOURCE_MAX)] = None,
-    kind: Annotated[str | None, Query(max_length=32)] = None,
+    kind: Annotated[EventKindChoice | None, Query(max_length=32)] = None,
     since: Annotated[
         datetime | None, Query(description="RFC 3339 time with offset; events at or after it")
     ] = None,

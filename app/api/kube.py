@@ -18,6 +18,7 @@ from app.api.kube_models import (
     KubePodOut,
 )
 from app.api.models import NOT_JSON, ErrorOut
+from app.api.vocabulary import HealthChoice
 from app.clock import utcnow
 from app.inventory.cluster_pods import KubePodFilters, list_kube_pods
 from app.inventory.dra_devices import DraFilters, list_dra_devices
@@ -66,6 +67,7 @@ ResourceName = Annotated[
 
 @router.get(
     "/cluster/status",
+    operation_id="getClusterStatus",
     response_model=ClusterStatusOut,
     summary="The cluster watcher: mode, and per watched collection its state and last error",
 )
@@ -78,6 +80,7 @@ def status(
 
 @router.get(
     "/cluster/pods",
+    operation_id="listClusterPods",
     response_model=ListEnvelope[KubePodOut],
     summary="Pods that request extended resources or DRA claims, from the API server",
 )
@@ -98,6 +101,7 @@ def pods(
 
 @router.get(
     "/dra/devices",
+    operation_id="listDraDevices",
     response_model=ListEnvelope[DraDeviceOut],
     summary="DRA devices (highest pool generation) with the claims and pods using them",
 )
@@ -110,7 +114,7 @@ def dra_devices(
     pool: Text = None,
     allocated: Annotated[bool | None, Query(description="true: allocated to a claim")] = None,
     health: Annotated[
-        str | None,
+        HealthChoice | None,
         Query(max_length=32, description="Healthy, Unhealthy, or Unknown (nothing reported)"),
     ] = None,
     cursor: Cursor = None,
@@ -122,6 +126,7 @@ def dra_devices(
 
 @router.get(
     "/dra/drivers/{driver}/pools/{pool:path}/devices/{device}",
+    operation_id="getDraDevice",
     response_model=DraDeviceDetailOut,
     responses={404: {"model": ErrorOut, "description": "no such DRA device, now or before"}},
     summary="One DRA device: its state now, its health history and who held it",
@@ -141,6 +146,7 @@ def dra_device(
 
 @router.put(
     "/nodes/{node}/extended-resources/{resource:path}",
+    operation_id="setExtendedResource",
     response_model=ExtendedResourceChangeOut,
     responses={**ADMIN_ERRORS, **NOT_JSON},
     summary="Advertise (or change) an extended resource on the node's status.capacity",
@@ -158,6 +164,7 @@ def set_extended_resource(
 
 @router.delete(
     "/nodes/{node}/extended-resources/{resource:path}",
+    operation_id="removeExtendedResource",
     response_model=ExtendedResourceChangeOut,
     responses=ADMIN_ERRORS,
     summary="Remove a hand-advertised extended resource from the node's status.capacity",

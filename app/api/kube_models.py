@@ -6,12 +6,31 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from app.api.examples import AT, EARLIER, example, example_of
+from app.api.vocabulary import DraHealthSource, ExtendedSource, KubeModeName, ReportedHealth
 from app.kube.extended_admin import MAX_QUANTITY
+
+DRIVER = "gpu.example.com"
+NODE = "gpu-node-1"
 
 
 class ExtendedResourceOut(BaseModel):
+    model_config = example(
+        {
+            "resource": "nvidia.com/gpu",
+            "source": "device_plugin",
+            "capacity": 8,
+            "allocatable": 7,
+            "unavailable": 1,
+            "devices": 8,
+            "healthy_devices": 7,
+            "degraded": True,
+            "problem": "1 of 8 not allocatable (unhealthy or lost)",
+        }
+    )
+
     resource: str
-    source: str = Field(description="device_plugin, or manual (advertised by hand)")
+    source: ExtendedSource = Field(description="device_plugin, or manual (advertised by hand)")
     capacity: int | None
     allocatable: int | None
     unavailable: int | None = Field(description="capacity - allocatable: unhealthy or lost")
@@ -22,6 +41,15 @@ class ExtendedResourceOut(BaseModel):
 
 
 class DraConsumerOut(BaseModel):
+    model_config = example(
+        {
+            "namespace": "ml",
+            "name": "trainer-0",
+            "uid": "9f1c2d3e-0000-4a5b-8c6d-7e8f9a0b1c2d",
+            "resource": "pods",
+        }
+    )
+
     namespace: str
     name: str | None
     uid: str | None
@@ -29,6 +57,20 @@ class DraConsumerOut(BaseModel):
 
 
 class DraClaimRefOut(BaseModel):
+    model_config = example(
+        {
+            "namespace": "ml",
+            "name": "trainer-0-gpu",
+            "uid": "0b6a1f52-1111-4c2d-9e8f-a1b2c3d4e5f6",
+            "request": "gpu",
+            "share_id": None,
+            "admin_access": False,
+            "consumed_capacity": None,
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "consumers": [example_of(DraConsumerOut)],
+        }
+    )
+
     namespace: str
     name: str
     uid: str
@@ -43,6 +85,10 @@ class DraClaimRefOut(BaseModel):
 
 
 class DraCapacityOut(BaseModel):
+    model_config = example(
+        {"value": "80Gi", "request_policy": None, "consumed": None, "available": None}
+    )
+
     value: str | None
     request_policy: dict[str, Any] | None
     consumed: str | None = Field(None, description="shared devices: consumed by all shares")
@@ -50,6 +96,8 @@ class DraCapacityOut(BaseModel):
 
 
 class DraPoolStateOut(BaseModel):
+    model_config = example({"generation": 3, "slices": 1, "slice_count": 1, "complete": True})
+
     generation: int
     slices: int = Field(description="slices of the newest generation the API server has")
     slice_count: int = Field(description="resourceSliceCount: slices the pool should have")
@@ -57,15 +105,53 @@ class DraPoolStateOut(BaseModel):
 
 
 class DraHealthOut(BaseModel):
-    health: str = Field(description="Healthy or Unhealthy")
+    model_config = example(
+        {
+            "health": "Healthy",
+            "raw_health": "Healthy",
+            "source": "pod_status",
+            "reported_by": "ml/trainer-0",
+            "message": None,
+            "changed_at": EARLIER,
+        }
+    )
+
+    health: ReportedHealth = Field(description="Healthy or Unhealthy")
     raw_health: str
-    source: str = Field(description="pod_status (KEP-4680) or claim_status (device conditions)")
+    source: DraHealthSource = Field(
+        description="pod_status (KEP-4680) or claim_status (device conditions)"
+    )
     reported_by: str | None = Field(description="the pod or claim that reported it")
     message: str | None
     changed_at: str | None
 
 
 class DraDeviceOut(BaseModel):
+    model_config = example(
+        {
+            "id": 5,
+            "driver": DRIVER,
+            "pool": NODE,
+            "device": "gpu-3",
+            "node": NODE,
+            "all_nodes": False,
+            "node_selector": None,
+            "nodes": [NODE],
+            "slice": "gpu-node-1-gpu.example.com-x7k2p",
+            "pool_generation": 3,
+            "pool_state": example_of(DraPoolStateOut),
+            "attributes": {"model": {"string": "A100"}},
+            "capacity": {"memory": example_of(DraCapacityOut)},
+            "taints": [],
+            "shared": False,
+            "allocated": True,
+            "claims": [example_of(DraClaimRefOut)],
+            "watched_by": [],
+            "health": example_of(DraHealthOut),
+            "updated_at": AT,
+        }
+    )
+
     id: int
     driver: str
     pool: str
@@ -89,6 +175,19 @@ class DraDeviceOut(BaseModel):
 
 
 class DraHealthEventOut(BaseModel):
+    model_config = example(
+        {
+            "at": AT,
+            "node": NODE,
+            "health": "Unhealthy",
+            "raw_health": "Unhealthy",
+            "source": "pod_status",
+            "reported_by": "ml/trainer-0",
+            "message": "XID 79",
+            "before": "Healthy",
+        }
+    )
+
     at: str | None
     node: str | None
     health: str | None
@@ -100,6 +199,19 @@ class DraHealthEventOut(BaseModel):
 
 
 class DraAllocationOut(BaseModel):
+    model_config = example(
+        {
+            "node": NODE,
+            "namespace": "ml",
+            "pod": "trainer-0",
+            "container": "main",
+            "claim": "trainer-0-gpu",
+            "share_id": None,
+            "started": EARLIER,
+            "ended": None,
+        }
+    )
+
     node: str
     namespace: str
     pod: str
@@ -111,6 +223,19 @@ class DraAllocationOut(BaseModel):
 
 
 class DraDeviceDetailOut(BaseModel):
+    model_config = example(
+        {
+            "driver": DRIVER,
+            "pool": NODE,
+            "device": "gpu-3",
+            "published": True,
+            "current": example_of(DraDeviceOut),
+            "health": example_of(DraHealthOut),
+            "health_history": [example_of(DraHealthEventOut)],
+            "allocation_history": [example_of(DraAllocationOut)],
+        }
+    )
+
     driver: str
     pool: str
     device: str
@@ -124,7 +249,28 @@ class DraDeviceDetailOut(BaseModel):
 
 
 class WatchStatusOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "resource": "pods",
+                    "state": "watching",
+                    "message": None,
+                    "resource_version": "184467",
+                    "last_list_at": EARLIER,
+                    "last_event_at": AT,
+                    "lists": 1,
+                    "events": 312,
+                    "errors": 0,
+                    "retry_at": None,
+                    "instance": "devicedeck-7d9c5-abcde",
+                    "updated_at": AT,
+                    "stale": False,
+                }
+            ]
+        },
+    )
 
     resource: str
     state: str
@@ -142,7 +288,17 @@ class WatchStatusOut(BaseModel):
 
 
 class ClusterStatusOut(BaseModel):
-    mode: str = Field(description="DEVICEDECK_KUBE: off, incluster or kubeconfig")
+    model_config = example(
+        {
+            "mode": "incluster",
+            "enabled": True,
+            "healthy": True,
+            "problem": None,
+            "watches": [example_of(WatchStatusOut)],
+        }
+    )
+
+    mode: KubeModeName = Field(description="DEVICEDECK_KUBE: off, incluster or kubeconfig")
     enabled: bool
     healthy: bool | None
     problem: str | None
@@ -150,11 +306,23 @@ class ClusterStatusOut(BaseModel):
 
 
 class OwnerOut(BaseModel):
+    model_config = example({"kind": "Job", "name": "trainer"})
+
     kind: str | None
     name: str | None
 
 
 class HeldDeviceOut(BaseModel):
+    model_config = example(
+        {
+            "id": 17,
+            "container": "main",
+            "resource": "nvidia.com/gpu",
+            "device_id": "GPU-4b3c2d1e",
+            "started": EARLIER,
+        }
+    )
+
     id: int
     container: str
     resource: str
@@ -162,7 +330,11 @@ class HeldDeviceOut(BaseModel):
     started: str | None
 
 
-class PodClaimOut(BaseModel):
+class KubePodClaimOut(BaseModel):
+    model_config = example(
+        {"name": "gpu", "claim": "trainer-0-gpu", "template": "gpu-template", "shared_with": []}
+    )
+
     name: str = Field(description="the reference name the pod's containers use")
     claim: str | None = Field(
         description="the ResourceClaim; for a template claim the generated one, once it exists"
@@ -174,6 +346,19 @@ class PodClaimOut(BaseModel):
 
 
 class PodDraDeviceOut(BaseModel):
+    model_config = example(
+        {
+            "claim": "trainer-0-gpu",
+            "request": "gpu",
+            "driver": DRIVER,
+            "pool": NODE,
+            "device": "gpu-3",
+            "share_id": None,
+            "admin_access": False,
+            "health": "Healthy",
+        }
+    )
+
     claim: str
     request: str
     driver: str
@@ -181,10 +366,31 @@ class PodDraDeviceOut(BaseModel):
     device: str
     share_id: str | None
     admin_access: bool
-    health: str | None
+    health: ReportedHealth | None = Field(description="null: no health reported")
 
 
 class KubePodOut(BaseModel):
+    model_config = example(
+        {
+            "uid": "9f1c2d3e-0000-4a5b-8c6d-7e8f9a0b1c2d",
+            "namespace": "ml",
+            "name": "trainer-0",
+            "node": NODE,
+            "phase": "Running",
+            "owner": example_of(OwnerOut),
+            "labels": {"app": "trainer"},
+            "requests": {"nvidia.com/gpu": 1},
+            "claims": [example_of(KubePodClaimOut)],
+            "resource_health": {"nvidia.com/gpu": {"GPU-4b3c2d1e": "Healthy"}},
+            "devices": [example_of(HeldDeviceOut)],
+            "dra_devices": [example_of(PodDraDeviceOut)],
+            "created_at": EARLIER,
+            "first_seen": EARLIER,
+            "updated_at": AT,
+            "deleted_at": None,
+        }
+    )
+
     uid: str
     namespace: str
     name: str
@@ -193,7 +399,7 @@ class KubePodOut(BaseModel):
     owner: OwnerOut | None
     labels: dict[str, Any]
     requests: dict[str, int]
-    claims: list[PodClaimOut]
+    claims: list[KubePodClaimOut]
     resource_health: dict[str, dict[str, str]]
     devices: list[HeldDeviceOut]
     dra_devices: list[PodDraDeviceOut] = Field(
@@ -212,6 +418,24 @@ class ExtendedResourceIn(BaseModel):
 
 
 class ExtendedResourceChangeOut(BaseModel):
+    model_config = example(
+        {
+            "node": NODE,
+            "resource": "example.com/dongle",
+            "quantity": 4,
+            "capacity": "4",
+            "allocatable": None,
+            "patch": [
+                {
+                    "op": "add",
+                    "path": "/status/capacity/example.com~1dongle",
+                    "value": "4",
+                }
+            ],
+            "actor": "admin-token",
+        }
+    )
+
     node: str
     resource: str
     quantity: int | None

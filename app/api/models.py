@@ -6,10 +6,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from app.api.examples import AT, EARLIER, example, example_of
 from app.api.kube_models import DraDeviceOut, ExtendedResourceOut
+from app.api.vocabulary import DeviceState, EventKind, Health
 
 
 class Counts(BaseModel):
+    model_config = example(
+        {"devices": 8, "healthy": 7, "unhealthy": 1, "unknown": 0, "allocated": 5, "free": 2}
+    )
+
     devices: int
     healthy: int
     unhealthy: int
@@ -19,6 +25,16 @@ class Counts(BaseModel):
 
 
 class AllocationOut(BaseModel):
+    model_config = example(
+        {
+            "namespace": "ml",
+            "pod": "trainer-0",
+            "container": "main",
+            "pod_uid": "9f1c2d3e-0000-4a5b-8c6d-7e8f9a0b1c2d",
+            "started": EARLIER,
+        }
+    )
+
     namespace: str
     pod: str
     container: str
@@ -27,14 +43,34 @@ class AllocationOut(BaseModel):
 
 
 class DeviceOut(BaseModel):
+    model_config = example(
+        {
+            "id": 17,
+            "node": "gpu-node-1",
+            "resource": "nvidia.com/gpu",
+            "device_id": "GPU-4b3c2d1e",
+            "health": "Healthy",
+            "raw_health": "Healthy",
+            "health_source": "plugin",
+            "state": "present",
+            "numa_nodes": [0],
+            "first_seen": EARLIER,
+            "last_seen": AT,
+            "removed_at": None,
+            "health_changed_at": None,
+            "node_stale": False,
+            "allocation": example_of(AllocationOut),
+        }
+    )
+
     id: int
     node: str
     resource: str
     device_id: str
-    health: str
+    health: Health = Field(description="Unknown while the node is stale")
     raw_health: str | None
     health_source: str
-    state: str
+    state: DeviceState
     numa_nodes: list[int]
     first_seen: str | None
     last_seen: str | None
@@ -45,8 +81,19 @@ class DeviceOut(BaseModel):
 
 
 class HealthPoint(BaseModel):
+    model_config = example(
+        {
+            "at": AT,
+            "kind": "health_changed",
+            "health": "Unhealthy",
+            "raw_health": "Unhealthy",
+            "state": "present",
+            "actor": "agent-gpu-node-1@gpu-node-1",
+        }
+    )
+
     at: str | None
-    kind: str
+    kind: EventKind
     health: str | None
     raw_health: str | None
     state: str | None
@@ -54,6 +101,8 @@ class HealthPoint(BaseModel):
 
 
 class AllocationPeriod(BaseModel):
+    model_config = example({**example_of(AllocationOut), "ended": AT})
+
     namespace: str
     pod: str
     pod_uid: str | None
@@ -63,11 +112,29 @@ class AllocationPeriod(BaseModel):
 
 
 class DeviceDetailOut(DeviceOut):
+    model_config = example(
+        {
+            **example_of(DeviceOut),
+            "health_history": [example_of(HealthPoint)],
+            "allocation_history": [example_of(AllocationPeriod)],
+        }
+    )
+
     health_history: list[HealthPoint]
     allocation_history: list[AllocationPeriod]
 
 
 class NodeOut(BaseModel):
+    model_config = example(
+        {
+            "name": "gpu-node-1",
+            "first_seen": EARLIER,
+            "last_seen": AT,
+            "stale": False,
+            "resources": {"nvidia.com/gpu": example_of(Counts)},
+        }
+    )
+
     name: str
     first_seen: str | None
     last_seen: str | None
@@ -76,6 +143,17 @@ class NodeOut(BaseModel):
 
 
 class PluginOut(BaseModel):
+    model_config = example(
+        {
+            "resource": "nvidia.com/gpu",
+            "endpoint": "nvidia-gpu.sock",
+            "api_version": "v1beta1",
+            "options": {"pre_start_required": False, "get_preferred_allocation_available": True},
+            "first_seen": EARLIER,
+            "last_seen": AT,
+        }
+    )
+
     resource: str
     endpoint: str | None
     api_version: str | None
@@ -85,6 +163,22 @@ class PluginOut(BaseModel):
 
 
 class NodeDetailOut(NodeOut):
+    model_config = example(
+        {
+            **example_of(NodeOut),
+            "plugins": [example_of(PluginOut)],
+            "kubelet_allocatable": {"nvidia.com/gpu": ["GPU-4b3c2d1e"]},
+            "capacity": {"cpu": "32", "nvidia.com/gpu": "8"},
+            "allocatable": {"cpu": "31", "nvidia.com/gpu": "7"},
+            "labels": {"kubernetes.io/hostname": "gpu-node-1"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "kube_synced_at": AT,
+            "extended_resources": [example_of(ExtendedResourceOut)],
+            "manual_extended_resources": [],
+            "dra_devices": [],
+        }
+    )
+
     plugins: list[PluginOut]
     kubelet_allocatable: dict[str, list[str]]
     capacity: dict[str, Any]
@@ -98,15 +192,38 @@ class NodeDetailOut(NodeOut):
 
 
 class PodDeviceOut(BaseModel):
+    model_config = example(
+        {
+            "id": 17,
+            "resource": "nvidia.com/gpu",
+            "device_id": "GPU-4b3c2d1e",
+            "health": "Healthy",
+            "numa_nodes": [0],
+            "started": EARLIER,
+        }
+    )
+
     id: int
     resource: str
     device_id: str
-    health: str
+    health: Health
     numa_nodes: list[int]
     started: str | None
 
 
 class PodClaimOut(BaseModel):
+    model_config = example(
+        {
+            "claim": "trainer-0-gpu",
+            "driver": "gpu.example.com",
+            "pool": "gpu-node-1",
+            "device": "gpu-3",
+            "share_id": None,
+            "cdi_devices": ["gpu.example.com/gpu=gpu-3"],
+            "started": EARLIER,
+        }
+    )
+
     claim: str
     driver: str
     pool: str
@@ -117,12 +234,27 @@ class PodClaimOut(BaseModel):
 
 
 class ContainerOut(BaseModel):
+    model_config = example(
+        {"name": "main", "devices": [example_of(PodDeviceOut)], "claims": [example_of(PodClaimOut)]}
+    )
+
     name: str
     devices: list[PodDeviceOut]
     claims: list[PodClaimOut]
 
 
 class PodOut(BaseModel):
+    model_config = example(
+        {
+            "namespace": "ml",
+            "name": "trainer-0",
+            "uid": "9f1c2d3e-0000-4a5b-8c6d-7e8f9a0b1c2d",
+            "node": "gpu-node-1",
+            "nodes": ["gpu-node-1"],
+            "containers": [example_of(ContainerOut)],
+        }
+    )
+
     namespace: str
     name: str
     uid: str | None
@@ -132,12 +264,25 @@ class PodOut(BaseModel):
 
 
 class HealthSpanOut(BaseModel):
+    model_config = example({"health": "Healthy", "since": EARLIER, "until": AT})
+
     health: str
     since: str
     until: str
 
 
 class PodHoldOut(PodDeviceOut):
+    model_config = example(
+        {
+            **example_of(PodDeviceOut),
+            "node": "gpu-node-1",
+            "pod_uid": "9f1c2d3e-0000-4a5b-8c6d-7e8f9a0b1c2d",
+            "ended": None,
+            "health_during": [example_of(HealthSpanOut)],
+            "unhealthy_while_held": False,
+        }
+    )
+
     node: str
     pod_uid: str | None
     ended: str | None
@@ -148,16 +293,43 @@ class PodHoldOut(PodDeviceOut):
 
 
 class PodClaimHoldOut(PodClaimOut):
+    model_config = example({**example_of(PodClaimOut), "ended": None})
+
     ended: str | None
 
 
 class PodContainerHistoryOut(BaseModel):
+    model_config = example(
+        {
+            "name": "main",
+            "devices": [example_of(PodHoldOut)],
+            "claims": [example_of(PodClaimHoldOut)],
+        }
+    )
+
     name: str
     devices: list[PodHoldOut]
     claims: list[PodClaimHoldOut]
 
 
 class PodDetailOut(BaseModel):
+    model_config = example(
+        {
+            "namespace": "ml",
+            "name": "trainer-0",
+            "uid": "9f1c2d3e-0000-4a5b-8c6d-7e8f9a0b1c2d",
+            "uids": ["9f1c2d3e-0000-4a5b-8c6d-7e8f9a0b1c2d"],
+            "node": "gpu-node-1",
+            "nodes": ["gpu-node-1"],
+            "running": True,
+            "started": EARLIER,
+            "ended": None,
+            "unhealthy_while_held": False,
+            "history_truncated": False,
+            "containers": [example_of(PodContainerHistoryOut)],
+        }
+    )
+
     namespace: str
     name: str
     uid: str | None
@@ -173,20 +345,42 @@ class PodDetailOut(BaseModel):
 
 
 class ResourceTotals(Counts):
+    model_config = example({**example_of(Counts), "nodes": 2})
+
     nodes: int
 
 
 class ResourceOut(BaseModel):
     """Cluster-wide totals; per-node counts: `GET /api/v1/nodes?resource=NAME`."""
 
+    model_config = example({"resource": "nvidia.com/gpu", "totals": example_of(ResourceTotals)})
+
     resource: str
     totals: ResourceTotals
 
 
 class EventOut(BaseModel):
+    model_config = example(
+        {
+            "id": 1042,
+            "at": AT,
+            "kind": "health_changed",
+            "node": "gpu-node-1",
+            "resource": "nvidia.com/gpu",
+            "device_id": "GPU-4b3c2d1e",
+            "device": 17,
+            "namespace": None,
+            "pod": None,
+            "container": None,
+            "before": {"health": "Healthy", "raw_health": "Healthy"},
+            "after": {"health": "Unhealthy", "raw_health": "Unhealthy"},
+            "actor": "agent-gpu-node-1@gpu-node-1",
+        }
+    )
+
     id: int
     at: str | None
-    kind: str
+    kind: EventKind
     node: str | None
     resource: str | None
     device_id: str | None
@@ -200,18 +394,32 @@ class EventOut(BaseModel):
 
 
 class ErrorDetail(BaseModel):
+    model_config = example(
+        {"field": "health", "rule": "enum", "message": "must be one of Healthy, Unhealthy, Unknown"}
+    )
+
     field: str
     rule: str
     message: str
 
 
 class ErrorInfo(BaseModel):
+    model_config = example(
+        {
+            "code": "invalid_input",
+            "message": "health must be one of Healthy, Unhealthy, Unknown",
+            "details": [example_of(ErrorDetail)],
+        }
+    )
+
     code: str
     message: str
     details: list[ErrorDetail]
 
 
 class ErrorOut(BaseModel):
+    model_config = example({"error": example_of(ErrorInfo)})
+
     error: ErrorInfo
 
 

@@ -14,13 +14,16 @@ from app.web.state import service_state
 router = APIRouter(tags=["service"])
 
 
-@router.get("/livez", summary="The process is up")
+@router.get("/livez", operation_id="livez", summary="The process is up")
 async def livez() -> dict[str, Any]:
     return {"status": "ok"}
 
 
 @router.get(
-    "/readyz", summary="The database answers", responses={503: {"description": "not ready"}}
+    "/readyz",
+    operation_id="readyz",
+    summary="The database answers",
+    responses={503: {"description": "not ready"}},
 )
 def readyz(factory: SessionFactory) -> Response:
     try:
@@ -40,7 +43,9 @@ def readyz(factory: SessionFactory) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get(
+    "/metrics", operation_id="metrics", summary="Prometheus metrics", response_class=Response
+)
 def metrics(request: Request) -> Response:
     body, content_type = service_state(request.app).metrics.render(request.headers.get("accept"))
     return Response(body, headers={"Content-Type": content_type, "Vary": "Accept"})

@@ -9,7 +9,9 @@ from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, Field
 
 from app.api.envelope import ListEnvelope, envelope
+from app.api.examples import example
 from app.api.models import NOT_JSON, ErrorOut
+from app.api.vocabulary import Scope, ScopeChoice
 from app.auth import create_token, list_tokens, revoke_token
 from app.clock import utcnow
 from app.db import write_session
@@ -24,13 +26,27 @@ router = APIRouter(
     responses={
         401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
         403: {"model": ErrorOut, "description": "the token lacks the admin scope"},
+        422: {"model": ErrorOut, "description": "a parameter breaks a rule"},
     },
 )
 
 
+TOKEN_EXAMPLE = {
+    "name": "agent-gpu-node-1",
+    "scopes": ["ingest"],
+    "node": "gpu-node-1",
+    "all_nodes": False,
+    "created_at": "2026-12-01T08:30:00Z",
+    "last_used_at": "2026-12-02T12:00:00Z",
+    "revoked_at": None,
+}
+
+
 class TokenOut(BaseModel):
+    model_config = example(TOKEN_EXAMPLE)
+
     name: str
-    scopes: list[str]
+    scopes: list[Scope]
     node: str | None = Field(description="the one node an ingest token may write")
     all_nodes: bool = Field(description="whether an ingest token may write every node")
     created_at: datetime
@@ -40,7 +56,7 @@ class TokenOut(BaseModel):
 
 class NewToken(BaseModel):
     name: str = Field(min_length=1, max_length=100)
-    scopes: list[str] = Field(min_length=1, max_length=3)
+    scopes: list[ScopeChoice] = Field(min_length=1, max_length=3)
     node: str | None = Field(
         default=None, description="for an ingest token: the node whose snapshots it may send"
     )
@@ -50,6 +66,10 @@ class NewToken(BaseModel):
 
 
 class CreatedToken(TokenOut):
+    model_config = example(
+        {**TOKEN_EXAMPLE, "last_used_at": None, "token": "ddk_3q9V0x2LrT8mYk4sW1bN7cJd5hFgA6eP"}
+    )
+
     token: str = Field(description="shown once; only its hash is kept")
 
 
@@ -65,7 +85,12 @@ def _token_out(token: ApiToken) -> dict[str, Any]:
     }
 
 
-@router.get("", response_model=ListEnvelope[TokenOut], summary="All tokens (never their secrets)")
+@router.get(
+    "",
+    operation_id="listTokens",
+    response_model=ListEnvelope[TokenOut],
+    summary="All tokens (never their secrets)",
+)
 def tokens(request: Request, session: ReadSession, _: Admin) -> dict[str, Any]:
     # Few enough to answer on one page, in the same envelope as every other list.
     items = [_token_out(t) for t in list_tokens(session)]
@@ -74,6 +99,7 @@ def tokens(request: Request, session: ReadSession, _: Admin) -> dict[str, Any]:
 
 @router.post(
     "",
+    operation_id="createToken",
     response_model=CreatedToken,
     status_code=201,
     responses={
@@ -96,6 +122,7 @@ def create(
 
 @router.delete(
     "/{name}",
+    operation_id="revokeToken",
     response_model=TokenOut,
     responses={404: {"model": ErrorOut, "description": "no token of that name"}},
     summary="Revoke a token",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -100,10 +100,17 @@ async def current_principal(request: Request) -> Principal:
     return await run_in_threadpool(_principal_from_database, request, token)
 
 
-def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
+@dataclass(frozen=True)
+class ScopeCheck:
+    """The dependency a route takes to require a scope; the OpenAPI schema reads `scope` from
+    it, so the documented security is the one enforced."""
+
+    scope: str
+
     # One dependency, not one on top of current_principal: FastAPI's dependency solving costs
     # a visible share of an agent's most frequent request, an unchanged snapshot.
-    async def _check(request: Request) -> Principal:
+    async def __call__(self, request: Request) -> Principal:
+        scope = self.scope
         principal = await current_principal(request)
         if principal is ANONYMOUS_READER and not principal.has(scope):
             raise HTTPException(
@@ -116,9 +123,7 @@ def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
             raise HTTPException(403, f"this token lacks the {scope!r} scope")
         return principal
 
-    return _check
 
-
-Reader = Annotated[Principal, Depends(require("read"))]
-Ingester = Annotated[Principal, Depends(require("ingest"))]
-Admin = Annotated[Principal, Depends(require("admin"))]
+Reader = Annotated[Principal, Depends(ScopeCheck("read"))]
+Ingester = Annotated[Principal, Depends(ScopeCheck("ingest"))]
+Admin = Annotated[Principal, Depends(ScopeCheck("admin"))]
