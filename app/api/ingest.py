@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response
@@ -11,9 +10,9 @@ from pydantic import BaseModel
 
 from app.api.examples import example
 from app.api.models import NOT_JSON, ErrorOut
-from app.auth import check_node
+from app.auth import Principal, check_node
 from app.inventory.errors import DomainError
-from app.inventory.ingest import IngestResult, SnapshotIngest
+from app.inventory.ingest import IngestResult
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
 from app.web.principal import Ingester
 from app.web.state import service_state
@@ -113,15 +112,19 @@ PODRESOURCES_EXAMPLE = {
 
 async def _ingest(
     request: Request,
+    principal: Principal,
+    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
     kind: str,
-    apply: Callable[[SnapshotIngest], Awaitable[IngestResult]],
 ) -> Response:
-    """Metrics around the domain's ingest; everything else is decided there."""
+    """The caller's right to the node, and metrics around the domain's ingest; everything
+    else is decided there."""
+    check_node(principal, snapshot.node)
+    actor = principal.actor_for_node(snapshot.node)
     state = service_state(request.app)
     metrics = state.metrics
     started = time.perf_counter()
     try:
-        result = await apply(state.ingest)
+        result = await state.ingest.apply(snapshot, actor=actor, body_bytes=_body_bytes(request))
     except DomainError:
         metrics.ingest_total.labels(kind, "refused").inc()
         raise
@@ -160,14 +163,7 @@ async def ingest_listandwatch(
         ),
     ],
 ) -> Response:
-    check_node(principal, snapshot.node)
-    actor = principal.actor_for_node(snapshot.node)
-    body_bytes = _body_bytes(request)
-    return await _ingest(
-        request,
-        "listandwatch",
-        lambda ingest: ingest.listandwatch(snapshot, actor=actor, body_bytes=body_bytes),
-    )
+    return await _ingest(request, principal, snapshot, "listandwatch")
 
 
 @router.post(
@@ -189,11 +185,4 @@ async def ingest_podresources(
         ),
     ],
 ) -> Response:
-    check_node(principal, snapshot.node)
-    actor = principal.actor_for_node(snapshot.node)
-    body_bytes = _body_bytes(request)
-    return await _ingest(
-        request,
-        "podresources",
-        lambda ingest: ingest.podresources(snapshot, actor=actor, body_bytes=body_bytes),
-    )
+    return await _ingest(request, principal, snapshot, "podresources")

@@ -50,6 +50,8 @@ from app.inventory.receipts import (
 )
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot, check_snapshot_size
 
+Snapshot = ListAndWatchSnapshot | PodResourcesSnapshot
+
 
 @dataclass
 class IngestResult:
@@ -66,39 +68,57 @@ class IngestResult:
     events: int = 0
 
 
-def apply_listandwatch_snapshot(
+def stream_of(snapshot: Snapshot) -> str:
+    """The receipt stream a snapshot belongs to: one per (node, resource) for ListAndWatch,
+    one per node for PodResources."""
+    if isinstance(snapshot, ListAndWatchSnapshot):
+        return listandwatch_stream(snapshot.resource)
+    return PODRESOURCES_STREAM
+
+
+def _replace_device_list(
     session: Session,
+    node_id: int,
     snapshot: ListAndWatchSnapshot,
-    *,
     now: datetime,
-    actor: str,
-    content_hash: str | None = None,
-    try_unchanged_first: bool = True,
-    max_node_devices: int | None = None,
-    stale_after: timedelta | None = None,
-) -> IngestResult:
-    def replace(node_id: int, log: EventLog) -> None:
-        replace_device_list(session, node_id, snapshot, now, log, max_node_devices=max_node_devices)
-        if snapshot.plugin is not None:
-            record_plugin(session, node_id, snapshot, now, log)
-
-    stream = listandwatch_stream(snapshot.resource)
-    return _apply_stream(
-        session,
-        snapshot,
-        stream,
-        replace,
-        now=now,
-        actor=actor,
-        content_hash=content_hash,
-        try_unchanged_first=try_unchanged_first,
-        stale_after=stale_after,
-    )
+    log: EventLog,
+    max_node_devices: int | None,
+) -> None:
+    replace_device_list(session, node_id, snapshot, now, log, max_node_devices=max_node_devices)
+    if snapshot.plugin is not None:
+        record_plugin(session, node_id, snapshot, now, log)
 
 
-def apply_podresources_snapshot(
+def _replace_allocations(
     session: Session,
+    node_id: int,
     snapshot: PodResourcesSnapshot,
+    now: datetime,
+    log: EventLog,
+    max_node_devices: int | None,
+) -> None:
+    wanted, numa_hints, uids = wanted_allocations(snapshot)
+    allocatable = allocatable_sets(snapshot)
+    devices = ensure_devices(
+        session,
+        node_id,
+        snapshot.node,
+        wanted,
+        numa_hints,
+        allocatable,
+        now,
+        log,
+        max_node_devices=max_node_devices,
+    )
+    replace_allocations(session, node_id, snapshot.node, wanted, uids, devices, now, log)
+    replace_claim_allocations(session, node_id, snapshot, now, log)
+    if allocatable is not None:
+        replace_allocatable(session, node_id, allocatable, now)
+
+
+def apply_snapshot(
+    session: Session,
+    snapshot: Snapshot,
     *,
     now: datetime,
     actor: str,
@@ -107,56 +127,14 @@ def apply_podresources_snapshot(
     max_node_devices: int | None = None,
     stale_after: timedelta | None = None,
 ) -> IngestResult:
-    def replace(node_id: int, log: EventLog) -> None:
-        wanted, numa_hints, uids = wanted_allocations(snapshot)
-        allocatable = allocatable_sets(snapshot)
-        devices = ensure_devices(
-            session,
-            node_id,
-            snapshot.node,
-            wanted,
-            numa_hints,
-            allocatable,
-            now,
-            log,
-            max_node_devices=max_node_devices,
-        )
-        replace_allocations(session, node_id, snapshot.node, wanted, uids, devices, now, log)
-        replace_claim_allocations(session, node_id, snapshot, now, log)
-        if allocatable is not None:
-            replace_allocatable(session, node_id, allocatable, now)
-
-    return _apply_stream(
-        session,
-        snapshot,
-        PODRESOURCES_STREAM,
-        replace,
-        now=now,
-        actor=actor,
-        content_hash=content_hash,
-        try_unchanged_first=try_unchanged_first,
-        stale_after=stale_after,
-    )
-
-
-def _apply_stream(
-    session: Session,
-    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
-    stream: str,
-    replace: Callable[[int, EventLog], None],
-    *,
-    now: datetime,
-    actor: str,
-    content_hash: str | None,
-    try_unchanged_first: bool,
-    stale_after: timedelta | None,
-) -> IngestResult:
-    """The ordering and idempotency rules every stream shares; `replace` changes what the
-    stream owns, and runs only when the content differs from the last applied.
+    """The ordering and idempotency rules every stream shares; what the stream owns (a device
+    list, or a node's allocations) is replaced only when the content differs from the last
+    applied.
 
     The unchanged-snapshot statement first is only a shortcut: skipped when the content is
     likely changed, or the statement has just run on its own; the full path below still finds
     an unchanged snapshot unchanged."""
+    stream = stream_of(snapshot)
     content_hash = content_hash or snapshot.content_hash()
     if try_unchanged_first:
         check = unchanged_check(
@@ -172,7 +150,10 @@ def _apply_stream(
         log.write(session)
         return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
     if receipt is None or receipt.content_hash != content_hash:
-        replace(node_id, log)
+        if isinstance(snapshot, ListAndWatchSnapshot):
+            _replace_device_list(session, node_id, snapshot, now, log, max_node_devices)
+        else:
+            _replace_allocations(session, node_id, snapshot, now, log, max_node_devices)
     record_receipt(
         session,
         receipt,
@@ -246,37 +227,13 @@ class SnapshotIngest:
         self.stale_after = stale_after
         self.recent = RecentContent()
 
-    async def listandwatch(
-        self, snapshot: ListAndWatchSnapshot, *, actor: str, body_bytes: int | None
-    ) -> IngestResult:
-        stream = listandwatch_stream(snapshot.resource)
-        return await self._ingest(
-            snapshot, stream, apply_listandwatch_snapshot, actor=actor, body_bytes=body_bytes
-        )
-
-    async def podresources(
-        self, snapshot: PodResourcesSnapshot, *, actor: str, body_bytes: int | None
-    ) -> IngestResult:
-        return await self._ingest(
-            snapshot,
-            PODRESOURCES_STREAM,
-            apply_podresources_snapshot,
-            actor=actor,
-            body_bytes=body_bytes,
-        )
-
-    async def _ingest(
-        self,
-        snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
-        stream: str,
-        apply: ApplySnapshot,
-        *,
-        actor: str,
-        body_bytes: int | None,
+    async def apply(
+        self, snapshot: Snapshot, *, actor: str, body_bytes: int | None
     ) -> IngestResult:
         """Where the hint says the content may be unchanged, try the one-statement check
         first; then apply the snapshot in full."""
         check_snapshot_size(snapshot, max_devices=self.max_devices, max_pods=self.max_pods)
+        stream = stream_of(snapshot)
         content_hash = snapshot.content_hash()
         try_unchanged_first = self.recent.may_be_unchanged(snapshot.node, stream, content_hash)
         database = self.event_loop_database
@@ -295,8 +252,8 @@ class SnapshotIngest:
         if unchanged:
             result = IngestResult()
         else:
-            apply_snapshot = functools.partial(
-                apply,
+            apply = functools.partial(
+                apply_snapshot,
                 snapshot=snapshot,
                 actor=actor,
                 content_hash=content_hash,
@@ -304,9 +261,9 @@ class SnapshotIngest:
                 max_node_devices=self.max_node_devices,
                 stale_after=self.stale_after,
             )
-            applied = await self._apply_in_event_loop(apply_snapshot, body_bytes)
+            applied = await self._apply_in_event_loop(apply, body_bytes)
             if applied is None:
-                applied = await anyio.to_thread.run_sync(self._apply_in_thread, apply_snapshot)
+                applied = await anyio.to_thread.run_sync(self._apply_in_thread, apply)
             result = applied
         self.recent.remember(snapshot.node, stream, content_hash)
         return result

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.config import AuthMode, KubeMode, Settings
 from app.db import write_session
-from app.inventory.ingest import apply_listandwatch_snapshot, apply_podresources_snapshot
+from app.inventory.ingest import apply_snapshot
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
 from app.main import create_app
 
@@ -126,7 +126,7 @@ def ingest_devices(
         }
     )
     with write_session(factory) as session:
-        apply_listandwatch_snapshot(session, snapshot, now=utcnow(), actor="agent")
+        apply_snapshot(session, snapshot, now=utcnow(), actor="agent")
 
 
 def ingest_allocations(
@@ -157,4 +157,4 @@ def ingest_allocations(
         }
     )
     with write_session(factory) as session:
-        apply_podresources_snapshot(session, snapshot, now=utcnow(), actor="agent")
+        apply_snapshot(session, snapshot, now=utcnow(), actor="agent")

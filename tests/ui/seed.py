@@ -14,7 +14,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import write_session
-from app.inventory.ingest import apply_listandwatch_snapshot, apply_podresources_snapshot
+from app.inventory.ingest import apply_snapshot
 from app.inventory.models import Node
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
 
@@ -52,7 +52,7 @@ class Cluster:
             }
         )
         with write_session(self.factory) as session:
-            apply_listandwatch_snapshot(session, snapshot, now=at, actor="seed")
+            apply_snapshot(session, snapshot, now=at, actor="seed")
 
     def pods(self, node: str, pods: list[dict[str, Any]], at: datetime) -> None:
         snapshot = PodResourcesSnapshot.model_validate(
@@ -64,7 +64,7 @@ class Cluster:
             }
         )
         with write_session(self.factory) as session:
-            apply_podresources_snapshot(session, snapshot, now=at, actor="seed")
+            apply_snapshot(session, snapshot, now=at, actor="seed")
 
 
 def device(device_id: str, numa: int | None, health: str = "Healthy") -> dict[str, Any]:
