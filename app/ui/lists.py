@@ -1,4 +1,4 @@
-"""What the four list pages (nodes, devices, pods, events) share: run the query when the form
+"""What the list pages (nodes, devices, DRA devices, pods, events) share: run the query when
 is valid, and answer with the page, its problems (422) and its canonical URL."""
 
 from __future__ import annotations
@@ -48,6 +48,38 @@ def list_view(
         regions=(region,),
         canonical=query_url(path, state, cursor=cursor),
         status=422 if problems else 200,
+    )
+
+
+def list_page(
+    form: Form,
+    query: Callable[[str | None, int], Any],
+    *,
+    filters: tuple[str, ...],
+    kept: tuple[str, ...] = (),
+    template: str,
+    path: str,
+    title: str,
+    region: str,
+    **context: Any,
+) -> View:
+    """A filterable list page: `query(cursor, limit)` run when the form is valid, the filters
+    (and `kept`, a sort say) kept in the page's URL, and whether any filter is set."""
+    limit = form.page_size()
+    cursor = form.cursor()
+    state = form.state(*filters, *kept, "limit")
+    page, problems = run_list_query(form, lambda: query(cursor, limit))
+    return list_view(
+        template=template,
+        path=path,
+        title=title,
+        region=region,
+        page=page,
+        problems=problems,
+        state=state,
+        cursor=cursor,
+        filtered=any(state[name] for name in filters),
+        **context,
     )
 
 

@@ -15,7 +15,7 @@ from app.inventory.queries import DeviceFilters, get_device, list_devices
 from app.ui.access import Viewer
 from app.ui.actions import device_commands, device_link
 from app.ui.forms import Form
-from app.ui.lists import export_url, list_view, run_list_query
+from app.ui.lists import export_url, list_page
 from app.ui.render import View, render_error, respond
 from app.ui.svg import timeline
 from app.web.sessions import QueryClock, ReadSession
@@ -50,26 +50,21 @@ def devices(request: Request, viewer: Viewer, session: ReadSession, clock: Query
         state=form.choice("state", STATE_CHOICES),
     )
     sort = form.choice("sort", SORTS | {"": "node"})
-    limit = form.page_size()
-    cursor = form.cursor()
-    state = form.state(*FILTERS, "sort", "limit")
-    page, problems = run_list_query(
-        form, lambda: list_devices(session, filters, clock, sort=sort, cursor=cursor, limit=limit)
-    )
-    view = list_view(
+    view = list_page(
+        form,
+        lambda cursor, limit: list_devices(
+            session, filters, clock, sort=sort, cursor=cursor, limit=limit
+        ),
+        filters=FILTERS,
+        kept=("sort",),
         template="devices.html",
         path="/devices",
         title="Devices",
         region="device-results",
-        page=page,
-        problems=problems,
-        state=state,
-        cursor=cursor,
         resources=resource_names(session),
         nodes=nodes,
         sort=sort,
         export=export_url("/api/v1/devices", filters, sort=sort),
-        filtered=any(state[name] for name in FILTERS),
     )
     return respond(request, viewer, view)
 

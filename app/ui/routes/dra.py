@@ -10,7 +10,7 @@ from app.inventory.dra_history import dra_device_details
 from app.inventory.fields import NAME_MAX
 from app.ui.access import Viewer
 from app.ui.forms import Form
-from app.ui.lists import list_view, run_list_query
+from app.ui.lists import list_page
 from app.ui.render import View, render_error, respond
 from app.web.sessions import ReadSession
 
@@ -31,22 +31,14 @@ def dra_devices(request: Request, viewer: Viewer, session: ReadSession) -> Respo
         allocated=form.choice("allocated", ALLOCATED_CHOICES),
         health=form.choice("health", HEALTH_CHOICES),
     )
-    limit = form.page_size()
-    cursor = form.cursor()
-    state = form.state(*FILTERS, "limit")
-    page, problems = run_list_query(
-        form, lambda: list_dra_devices(session, filters, cursor=cursor, limit=limit)
-    )
-    view = list_view(
+    view = list_page(
+        form,
+        lambda cursor, limit: list_dra_devices(session, filters, cursor=cursor, limit=limit),
+        filters=FILTERS,
         template="dra.html",
         path="/dra",
         title="DRA devices",
         region="dra-results",
-        page=page,
-        problems=problems,
-        state=state,
-        cursor=cursor,
-        filtered=any(state[name] for name in FILTERS),
     )
     # DRA devices are devices: the navigation keeps the Devices tab lit.
     view.nav = "devices"

@@ -10,7 +10,7 @@ from app.inventory.fields import NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
 from app.ui.access import Viewer
 from app.ui.forms import Form
-from app.ui.lists import export_url, list_view, run_list_query
+from app.ui.lists import export_url, list_page
 from app.ui.render import respond
 from app.web.sessions import QueryClock, ReadSession
 
@@ -34,23 +34,15 @@ def events(request: Request, viewer: Viewer, session: ReadSession, clock: QueryC
         since=form.moment("since", clock.now),
         until=form.moment("until", clock.now),
     )
-    limit = form.page_size()
-    cursor = form.cursor()
-    state = form.state(*FILTERS, "limit")
-    page, problems = run_list_query(
-        form, lambda: list_events(session, filters, cursor=cursor, limit=limit)
-    )
-    view = list_view(
+    view = list_page(
+        form,
+        lambda cursor, limit: list_events(session, filters, cursor=cursor, limit=limit),
+        filters=FILTERS,
         template="events.html",
         path="/events",
         title="Events",
         region="event-results",
-        page=page,
-        problems=problems,
-        state=state,
-        cursor=cursor,
         kinds=EVENT_KINDS,
         export=export_url("/api/v1/events", filters),
-        filtered=any(state[name] for name in FILTERS),
     )
     return respond(request, viewer, view)

@@ -22,7 +22,7 @@ from app.inventory.queries import NodeFilters, get_node, list_nodes
 from app.ui.access import Viewer
 from app.ui.actions import node_commands
 from app.ui.forms import Form
-from app.ui.lists import list_view, run_list_query
+from app.ui.lists import list_page
 from app.ui.render import View, render_error, respond
 from app.web.sessions import QueryClock, ReadSession
 from app.web.state import service_state
@@ -41,23 +41,18 @@ def nodes(request: Request, viewer: Viewer, session: ReadSession, clock: QueryCl
     stale = form.choice("stale", STALE_CHOICES)
     resource = form.text("resource", RESOURCE_MAX)
     sort = form.choice("sort", SORTS | {"": "name"})
-    limit = form.page_size()
-    cursor = form.cursor()
-    state = form.state("q", "stale", "resource", "sort", "limit")
     filters = NodeFilters(q=q, stale=stale, resource=resource)
-    page, problems = run_list_query(
+    view = list_page(
         form,
-        lambda: list_nodes(session, filters, clock, sort=sort, cursor=cursor, limit=limit),
-    )
-    view = list_view(
+        lambda cursor, limit: list_nodes(
+            session, filters, clock, sort=sort, cursor=cursor, limit=limit
+        ),
+        filters=("q", "stale", "resource"),
+        kept=("sort",),
         template="nodes.html",
         path="/nodes",
         title="Nodes",
         region="node-results",
-        page=page,
-        problems=problems,
-        state=state,
-        cursor=cursor,
         resources=resource_names(session),
         sort=sort,
     )
