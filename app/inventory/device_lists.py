@@ -41,8 +41,24 @@ def replace_device_list(
             select(Device).where(Device.node_id == node_id, Device.resource == snapshot.resource)
         )
     }
-    where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     new_devices: list[Device] = []
+
+    def device_event(
+        kind: str,
+        device: Device,
+        before: dict[str, Any] | None = None,
+        after: dict[str, Any] | None = None,
+    ) -> None:
+        log.add(
+            kind,
+            node=snapshot.node,
+            resource=snapshot.resource,
+            device_id=device.device_id,
+            device_pk=device.id,
+            before=before,
+            after=after,
+        )
+
     for incoming in snapshot.devices:
         health = kubelet_health(incoming.health)
         numa = incoming.topology.numa_ids() if incoming.topology else []
@@ -65,22 +81,18 @@ def replace_device_list(
             continue
         device.last_seen = now
         if device.state != PRESENT:
-            log.add(
+            device_event(
                 "device_reappeared",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
+                device,
                 before={"state": device.state},
                 after={"state": PRESENT},
             )
             device.state = PRESENT
             device.removed_at = None
         if device.health != health:
-            log.add(
+            device_event(
                 "health_changed",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
+                device,
                 before={"health": device.health, "raw_health": device.raw_health},
                 after={"health": health, "raw_health": incoming.health},
             )
@@ -89,11 +101,9 @@ def replace_device_list(
         device.raw_health = incoming.health
         device.health_source = snapshot.health_source
         if numa and device.numa_nodes != numa:
-            log.add(
+            device_event(
                 "topology_changed",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
+                device,
                 before={"numa_nodes": device.numa_nodes},
                 after={"numa_nodes": numa},
             )
@@ -103,11 +113,9 @@ def replace_device_list(
             device.state = REMOVED
             device.removed_at = now
             device.last_seen = now
-            log.add(
+            device_event(
                 "device_removed",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
+                device,
                 before={"state": PRESENT},
                 after={"state": REMOVED},
             )
@@ -123,11 +131,9 @@ def replace_device_list(
         session.add_all(new_devices)
         session.flush()
         for device in new_devices:
-            log.add(
+            device_event(
                 "device_added",
-                **where,
-                device_id=device.device_id,
-                device_pk=device.id,
+                device,
                 after={
                     "health": device.health,
                     "raw_health": device.raw_health,
