@@ -11,6 +11,7 @@ A device's health is the latest report from either, like a plugin device's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -208,6 +209,23 @@ def resolve_device(
     return None
 
 
+def changed_health_reports(
+    before: dict[str, Any], after: dict[str, Any], *, claims: bool
+) -> Iterator[tuple[str, str, str]]:
+    """(status name, resource ID, health) of each entry of a pod's allocatedResourcesStatus
+    that changed since the pod last reported: the DRA entries ("claim:...") with `claims`, the
+    device plugins' otherwise. Only Healthy and Unhealthy count: "Unknown" is the kubelet saying
+    it does not know, which should override nothing."""
+    for status_name, devices in after.items():
+        if status_name.startswith(CLAIM_PREFIX) != claims:
+            continue
+        for resource_id, health in devices.items():
+            if health not in (HEALTHY, UNHEALTHY):
+                continue
+            if (before.get(status_name) or {}).get(resource_id) != health:
+                yield status_name, resource_id, health
+
+
 def apply_pod_dra_health(
     session: Session,
     pod: KubePod,
@@ -217,28 +235,21 @@ def apply_pod_dra_health(
     log: EventLog,
 ) -> None:
     """Apply the DRA entries of a pod's allocatedResourcesStatus that changed since the pod
-    last reported. "Unknown" is the kubelet not knowing; it overrides nothing."""
+    last reported."""
     claims = {c["name"]: c.get("claim") for c in pod.claims if isinstance(c, dict)}
-    for status_name, devices in after.items():
-        if not status_name.startswith(CLAIM_PREFIX):
-            continue
+    for status_name, resource_id, health in changed_health_reports(before, after, claims=True):
         reference, _, request = status_name[len(CLAIM_PREFIX) :].partition("/")
-        for resource_id, health in devices.items():
-            if health not in (HEALTHY, UNHEALTHY):
-                continue
-            if (before.get(status_name) or {}).get(resource_id) == health:
-                continue
-            key = resolve_device(session, pod, claims.get(reference), request, resource_id)
-            if key is None:
-                continue
-            set_health(
-                session,
-                key,
-                health,
-                raw=health,
-                source=POD_STATUS,
-                reported_by=f"{pod.namespace}/{pod.name}",
-                message=f"{status_name} {resource_id}",
-                now=now,
-                log=log,
-            )
+        key = resolve_device(session, pod, claims.get(reference), request, resource_id)
+        if key is None:
+            continue
+        set_health(
+            session,
+            key,
+            health,
+            raw=health,
+            source=POD_STATUS,
+            reported_by=f"{pod.namespace}/{pod.name}",
+            message=f"{status_name} {resource_id}",
+            now=now,
+            log=log,
+        )

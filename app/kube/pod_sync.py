@@ -17,9 +17,8 @@ from sqlalchemy.orm import Session
 from app.inventory.cluster_models import KubePod
 from app.inventory.events import EventLog
 from app.inventory.extended_resources import is_extended_resource, quantity
-from app.inventory.fields import HEALTHY, UNHEALTHY
 from app.inventory.other_writers import apply_reported_health, join_allocations, release_pod
-from app.kube.dra_health import CLAIM_PREFIX, apply_pod_dra_health
+from app.kube.dra_health import apply_pod_dra_health, changed_health_reports
 from app.kube.node_sync import ACTOR
 
 HEALTH_SOURCE = "pod_status"
@@ -193,14 +192,10 @@ def apply_health(
     log: EventLog,
 ) -> None:
     """Apply the device health a pod's status reports, where it changed since the pod last
-    reported. Only Healthy and Unhealthy are applied: "Unknown" is the kubelet saying it does
-    not know, which should not override what the device plugin said."""
+    reported."""
     changes = {
         (resource, device_id): health
-        for resource, devices in after.items()
-        if not resource.startswith(CLAIM_PREFIX)
-        for device_id, health in devices.items()
-        if health in (HEALTHY, UNHEALTHY) and (before.get(resource) or {}).get(device_id) != health
+        for resource, device_id, health in changed_health_reports(before, after, claims=False)
     }
     apply_reported_health(
         session, node=node_name, changes=changes, source=HEALTH_SOURCE, now=now, log=log
