@@ -8,7 +8,8 @@ from pydantic import BaseModel, Field
 
 from app.api.examples import AT, EARLIER, example, example_of
 from app.api.kube_models import DraDeviceOut, ExtendedResourceOut
-from app.api.vocabulary import DeviceState, EventKind, Health
+from app.api.vocabulary import DeviceState, Health
+from app.inventory.events import EventKind
 
 
 class Counts(BaseModel):

@@ -25,24 +25,6 @@ Scope = Literal["read", "ingest", "admin"]
 KubeModeName = Literal["off", "incluster", "kubeconfig"]
 ExtendedSource = Literal["device_plugin", "manual"]
 DraHealthSource = Literal["pod_status", "claim_status"]
-EventKind = Literal[
-    "node_added",
-    "node_seen",
-    "node_stale",
-    "device_added",
-    "device_removed",
-    "device_reappeared",
-    "health_changed",
-    "topology_changed",
-    "allocated",
-    "released",
-    "claim_allocated",
-    "claim_released",
-    "dra_health_changed",
-    "plugin_registered",
-    "plugin_changed",
-    "admin_action",
-]
 
 
 def _sorts(keys: tuple[str, ...]) -> list[str]:

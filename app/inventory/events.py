@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
@@ -36,7 +36,7 @@ _INSERT_EVENTS = BulkInsert(
     ),
 )
 
-EVENT_KINDS = (
+EventKind = Literal[
     "node_added",
     "node_seen",
     "node_stale",
@@ -53,7 +53,8 @@ EVENT_KINDS = (
     "plugin_registered",
     "plugin_changed",
     "admin_action",
-)
+]
+EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 
 
 @dataclass

@@ -126,7 +126,6 @@ def test_the_vocabularies_are_the_domains_own() -> None:
     assert get_args(vocabulary.Health) == HEALTH_VALUES
     assert get_args(vocabulary.ReportedHealth) == HEALTH_VALUES[:2]
     assert get_args(vocabulary.DeviceState) == (PRESENT, REMOVED)
-    assert get_args(vocabulary.EventKind) == EVENT_KINDS
     assert get_args(vocabulary.Scope) == SCOPES
     assert get_args(vocabulary.KubeModeName) == tuple(KubeMode)
     assert get_args(vocabulary.ExtendedSource) == (DEVICE_PLUGIN, MANUAL)
