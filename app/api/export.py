@@ -14,9 +14,11 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.api.envelope import envelope
 from app.inventory.pages import MAX_LIMIT, Page
 
 Format = Literal["json", "csv"]
@@ -84,3 +86,21 @@ def csv_response(
         media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
+
+
+def page_or_csv(
+    request: Request,
+    session: Session,
+    factory: sessionmaker[Session],
+    fetch: FetchPage,
+    *,
+    format: Format,
+    cursor: str | None,
+    limit: int,
+    columns: tuple[str, ...],
+    filename: str,
+) -> dict[str, Any] | StreamingResponse:
+    """A list route's answer: one page in the list envelope, or with `format=csv` every row."""
+    if format == "csv":
+        return csv_response(factory, fetch(session, cursor, MAX_LIMIT), fetch, columns, filename)
+    return envelope(request, fetch(session, cursor, limit))

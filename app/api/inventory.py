@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
 from app.api.envelope import ListEnvelope, envelope
-from app.api.export import DEVICE_COLUMNS, EVENT_COLUMNS, Format, csv_response
+from app.api.export import DEVICE_COLUMNS, EVENT_COLUMNS, Format, page_or_csv
 from app.api.models import (
     DeviceDetailOut,
     DeviceOut,
@@ -22,6 +22,7 @@ from app.api.models import (
     PodOut,
     ResourceOut,
 )
+from app.api.params import Cursor, Limit, Text
 from app.api.vocabulary import (
     DeviceSort,
     EventKindChoice,
@@ -29,9 +30,9 @@ from app.api.vocabulary import (
     NodeSort,
     StateChoice,
 )
-from app.inventory.fields import CURSOR_MAX, NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
+from app.inventory.fields import NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
 from app.inventory.history import EventFilters, list_events
-from app.inventory.pages import DEFAULT_LIMIT, MAX_KEY, MAX_LIMIT, Page
+from app.inventory.pages import DEFAULT_LIMIT, MAX_KEY, Page
 from app.inventory.pod_history import get_pod_history
 from app.inventory.pods import PodFilters, list_pods
 from app.inventory.queries import (
@@ -58,11 +59,6 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 
 router = APIRouter(prefix="/api/v1", tags=["inventory"], responses=ERRORS)
 
-Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")]
-Cursor = Annotated[
-    str | None, Query(max_length=CURSOR_MAX, description="from the `next` URL of the previous page")
-]
-Text = Annotated[str | None, Query(max_length=NAME_MAX)]
 FormatParam = Annotated[
     Format, Query(description="json (one page), or csv: every matching row, streamed")
 ]
@@ -167,15 +163,21 @@ def devices(
         state=state,
         q=q,
     )
-    if format == "csv":
 
-        def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
-            return list_devices(session, filters, clock, sort=sort, cursor=after, limit=size)
+    def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
+        return list_devices(session, filters, clock, sort=sort, cursor=after, limit=size)
 
-        first = fetch(session, cursor, MAX_LIMIT)
-        return csv_response(factory, first, fetch, DEVICE_COLUMNS, "devices.csv")
-    page = list_devices(session, filters, clock, sort=sort, cursor=cursor, limit=limit)
-    return envelope(request, page)
+    return page_or_csv(
+        request,
+        session,
+        factory,
+        fetch,
+        format=format,
+        cursor=cursor,
+        limit=limit,
+        columns=DEVICE_COLUMNS,
+        filename="devices.csv",
+    )
 
 
 @router.get(
@@ -300,11 +302,18 @@ def events(
         namespace=namespace,
         pod=pod,
     )
-    if format == "csv":
 
-        def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
-            return list_events(session, filters, cursor=after, limit=size)
+    def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
+        return list_events(session, filters, cursor=after, limit=size)
 
-        first = fetch(session, cursor, MAX_LIMIT)
-        return csv_response(factory, first, fetch, EVENT_COLUMNS, "events.csv")
-    return envelope(request, list_events(session, filters, cursor=cursor, limit=limit))
+    return page_or_csv(
+        request,
+        session,
+        factory,
+        fetch,
+        format=format,
+        cursor=cursor,
+        limit=limit,
+        columns=EVENT_COLUMNS,
+        filename="events.csv",
+    )

@@ -18,14 +18,15 @@ from app.api.kube_models import (
     KubePodOut,
 )
 from app.api.models import NOT_JSON, ErrorOut
+from app.api.params import Cursor, Limit, Text
 from app.api.vocabulary import HealthChoice
 from app.clock import utcnow
 from app.inventory.cluster_pods import KubePodFilters, list_kube_pods
 from app.inventory.dra_devices import DraFilters, list_dra_devices
 from app.inventory.dra_history import dra_device_details
 from app.inventory.errors import NotFound
-from app.inventory.fields import CURSOR_MAX, NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
-from app.inventory.pages import DEFAULT_LIMIT, MAX_LIMIT
+from app.inventory.fields import NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
+from app.inventory.pages import DEFAULT_LIMIT
 from app.kube.extended_admin import change_extended_resource
 from app.kube.status import cluster_status
 from app.kube.watcher import start_cluster_integration
@@ -54,11 +55,6 @@ ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"], responses=ERRORS)
 
-Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")]
-Cursor = Annotated[
-    str | None, Query(max_length=CURSOR_MAX, description="from the `next` URL of the previous page")
-]
-Text = Annotated[str | None, Query(max_length=NAME_MAX)]
 NodeName = Annotated[str, Path(max_length=NAME_MAX, description="the node's name")]
 ResourceName = Annotated[
     str, Path(max_length=RESOURCE_MAX, description="extended resource name; keeps its '/'")
