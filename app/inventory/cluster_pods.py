@@ -6,11 +6,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, tuple_
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
 from app.clock import iso
 from app.inventory.cluster_models import KubePod
+from app.inventory.conditions import equal_where_given
 from app.inventory.dra_pods import pods_dra
 from app.inventory.errors import InvalidInput, Problem
 from app.inventory.models import Allocation, Node
@@ -32,15 +33,14 @@ def list_kube_pods(
 ) -> Page[dict[str, Any]]:
     if filters.phase is not None and len(filters.phase) > 32:
         raise InvalidInput("phase is too long", [Problem("phase", "length", "at most 32")])
-    conditions: list[ColumnElement[bool]] = [
+    conditions = equal_where_given(
+        (KubePod.namespace, filters.namespace),
+        (KubePod.node, filters.node),
+        (KubePod.phase, filters.phase),
+    )
+    conditions.append(
         KubePod.deleted_at.is_not(None) if filters.deleted else KubePod.deleted_at.is_(None)
-    ]
-    if filters.namespace is not None:
-        conditions.append(KubePod.namespace == filters.namespace)
-    if filters.node is not None:
-        conditions.append(KubePod.node == filters.node)
-    if filters.phase is not None:
-        conditions.append(KubePod.phase == filters.phase)
+    )
     query = _ORDER.page_query(select(KubePod).where(*conditions), cursor, limit)
     pods, next_cursor = _ORDER.cut(
         session.scalars(query).all(), limit, lambda pod: [pod.namespace, pod.name, pod.uid]

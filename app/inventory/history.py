@@ -10,6 +10,7 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from app.clock import iso
+from app.inventory.conditions import equal_where_given
 from app.inventory.errors import InvalidInput, Problem
 from app.inventory.events import EVENT_KINDS
 from app.inventory.models import (
@@ -79,25 +80,19 @@ def _event_conditions(filters: EventFilters) -> list[ColumnElement[bool]]:
         )
     for name in ("since", "until"):
         _check_moment(name, getattr(filters, name))
-    conditions: list[ColumnElement[bool]] = []
-    if filters.node is not None:
-        conditions.append(Event.node == filters.node)
-    if filters.resource is not None:
-        conditions.append(Event.resource == filters.resource)
-    if filters.kind is not None:
-        conditions.append(Event.kind == filters.kind)
+    conditions = equal_where_given(
+        (Event.node, filters.node),
+        (Event.resource, filters.resource),
+        (Event.kind, filters.kind),
+        (Event.device_pk, filters.device),
+        (Event.device_id, filters.device_id),
+        (Event.namespace, filters.namespace),
+        (Event.pod, filters.pod),
+    )
     if filters.since is not None:
         conditions.append(Event.at >= filters.since)
     if filters.until is not None:
         conditions.append(Event.at <= filters.until)
-    if filters.device is not None:
-        conditions.append(Event.device_pk == filters.device)
-    if filters.device_id is not None:
-        conditions.append(Event.device_id == filters.device_id)
-    if filters.namespace is not None:
-        conditions.append(Event.namespace == filters.namespace)
-    if filters.pod is not None:
-        conditions.append(Event.pod == filters.pod)
     if filters.after_id is not None:
         conditions.append(Event.id > filters.after_id)
     return conditions
