@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROTO_PACKAGE_DIR = Path("app/kubelet/proto")
-PROTO_NAMES = ("deviceplugin", "podresources", "pluginregistration")
+PROTO_NAMES = ("deviceplugin", "podresources", "pluginregistration", "drahealth")
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 

@@ -19,6 +19,8 @@ from app.kubelet.paths import KubeletPaths, unix_target
 from app.kubelet.proto import (
     deviceplugin_pb2,
     deviceplugin_pb2_grpc,
+    drahealth_pb2,
+    drahealth_pb2_grpc,
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
     podresources_pb2,
@@ -37,6 +39,7 @@ EXPECTED_METHODS = {
     "/v1.PodResourcesLister/Get",
     "/pluginregistration.Registration/GetInfo",
     "/pluginregistration.Registration/NotifyRegistrationStatus",
+    "/v1alpha1.DRAResourceHealth/NodeWatchResources",
 }
 
 
@@ -82,6 +85,7 @@ def test_descriptor_method_paths() -> None:
         method_paths(deviceplugin_pb2.DESCRIPTOR)
         | method_paths(podresources_pb2.DESCRIPTOR)
         | method_paths(pluginregistration_pb2.DESCRIPTOR)
+        | method_paths(drahealth_pb2.DESCRIPTOR)
     )
     assert paths == EXPECTED_METHODS
     assert deviceplugin_pb2.DESCRIPTOR.package == "v1beta1"
@@ -91,6 +95,12 @@ def test_descriptor_method_paths() -> None:
         "ListAndWatch"
     ]
     assert list_and_watch.server_streaming and not list_and_watch.client_streaming
+    assert drahealth_pb2.DESCRIPTOR.package == "v1alpha1"
+    watch = drahealth_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods_by_name[
+        "NodeWatchResources"
+    ]
+    assert watch.server_streaming and not watch.client_streaming
+    assert dict(drahealth_pb2.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
 
 
 def field_numbers(message: Any) -> dict[str, int]:
@@ -149,6 +159,18 @@ def field_numbers(message: Any) -> dict[str, int]:
             {"type": 1, "name": 2, "endpoint": 3, "supported_versions": 4},
         ),
         (pluginregistration_pb2.RegistrationStatus, {"plugin_registered": 1, "error": 2}),
+        (drahealth_pb2.DeviceIdentifier, {"pool_name": 1, "device_name": 2}),
+        (
+            drahealth_pb2.DeviceHealth,
+            {
+                "device": 1,
+                "health": 2,
+                "last_updated_time": 3,
+                "health_check_timeout_seconds": 4,
+                "message": 5,
+            },
+        ),
+        (drahealth_pb2.NodeWatchResourcesResponse, {"devices": 1}),
     ],
 )
 def test_field_numbers(message: Any, expected: dict[str, int]) -> None:
@@ -176,7 +198,7 @@ class PathRecorder(grpc.GenericRpcHandler):
         method: str = handler_call_details.method
         with self._lock:
             self.paths.append(method)
-        if method.endswith("/ListAndWatch"):
+        if method.endswith(("/ListAndWatch", "/NodeWatchResources")):
             return grpc.unary_stream_rpc_method_handler(lambda request, context: iter([b""]))
         return grpc.unary_unary_rpc_method_handler(lambda request, context: b"")
 
@@ -220,6 +242,11 @@ def test_real_calls_use_the_kubelet_paths(recorder: tuple[PathRecorder, grpc.Cha
         lambda: registry.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=5),
         lambda: registry.NotifyRegistrationStatus(
             pluginregistration_pb2.RegistrationStatus(), timeout=5
+        ),
+        lambda: list(
+            drahealth_pb2_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+                drahealth_pb2.NodeWatchResourcesRequest(), timeout=5
+            )
         ),
     ]
     for call in calls:
