@@ -6,15 +6,19 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from app.api.examples import example
 from app.api.models import NOT_JSON, ErrorOut
 from app.auth import Principal, check_node
+from app.clock import utcnow
+from app.db import write_session
 from app.inventory.errors import DomainError
 from app.inventory.ingest import IngestResult
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from app.kube.dra_health_report import DraHealthSnapshot, apply_dra_health_report
 from app.web.principal import Ingester
+from app.web.sessions import SessionFactory
 from app.web.state import service_state
 
 router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
@@ -186,3 +190,81 @@ async def ingest_podresources(
     ],
 ) -> Response:
     return await _ingest(request, principal, snapshot, "podresources")
+
+
+class DraHealthResponse(BaseModel):
+    """What one DRA health report changed."""
+
+    model_config = example({"changed": True, "devices": 2, "health_changes": 1, "unpublished": []})
+
+    changed: bool = Field(description="whether any device's reported state differs from before")
+    devices: int
+    health_changes: int = Field(description="devices whose health this report changed")
+    unpublished: list[str] = Field(
+        description="pool/device of reported devices that no ResourceSlice of the driver "
+        "publishes (yet); recorded all the same"
+    )
+
+
+DRA_HEALTH_EXAMPLE = {
+    "node": "gpu-node-1",
+    "driver": "gpu.example.com",
+    "observed_at": "2026-12-02T12:00:00Z",
+    "devices": [
+        {
+            "device": {"poolName": "gpu-node-1", "deviceName": "gpu-0"},
+            "health": "HEALTHY",
+            "lastUpdatedTime": "1764676800",
+        },
+        {
+            "device": {"poolName": "gpu-node-1", "deviceName": "gpu-1"},
+            "health": "UNHEALTHY",
+            "lastUpdatedTime": "1764676800",
+            "healthCheckTimeoutSeconds": "60",
+            "message": "Xid 79",
+        },
+    ],
+}
+
+
+@router.post(
+    "/dra-health",
+    operation_id="ingestDraHealth",
+    summary="Apply one DRA driver's health stream message (NodeWatchResources) for a node",
+    response_model=DraHealthResponse,
+    responses={
+        **{status: doc for status, doc in INGEST_ERRORS.items() if status != 409},
+        422: {
+            "model": ErrorOut,
+            "description": "the report breaks a rule, or names a device a ResourceSlice "
+            "publishes for another node; nothing was changed",
+        },
+    },
+)
+def ingest_dra_health(
+    request: Request,
+    principal: Ingester,
+    factory: SessionFactory,
+    snapshot: Annotated[
+        DraHealthSnapshot,
+        Body(openapi_examples={"two GPUs": {"summary": "two GPUs", "value": DRA_HEALTH_EXAMPLE}}),
+    ],
+) -> DraHealthResponse:
+    check_node(principal, snapshot.node)
+    actor = principal.actor_for_node(snapshot.node)
+    metrics = service_state(request.app).metrics
+    started = time.perf_counter()
+    try:
+        with write_session(factory) as session:
+            result = apply_dra_health_report(session, snapshot, actor=actor, now=utcnow())
+    except DomainError:
+        metrics.ingest_total.labels("dra-health", "refused").inc()
+        raise
+    metrics.ingest_seconds.labels("dra-health").observe(time.perf_counter() - started)
+    metrics.ingest_total.labels("dra-health", "changed" if result.changed else "unchanged").inc()
+    return DraHealthResponse(
+        changed=result.changed,
+        devices=result.devices,
+        health_changes=result.health_changes,
+        unpublished=result.unpublished,
+    )

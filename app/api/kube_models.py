@@ -116,12 +116,17 @@ class DraHealthOut(BaseModel):
         }
     )
 
-    health: ReportedHealth = Field(description="Healthy or Unhealthy")
+    health: ReportedHealth = Field(
+        description="Healthy or Unhealthy; Unknown when the driver's health stream says so"
+    )
     raw_health: str
     source: DraHealthSource = Field(
-        description="pod_status (KEP-4680) or claim_status (device conditions)"
+        description="pod_status (KEP-4680), claim_status (device conditions) or "
+        "kubelet_dra_health (the driver's DRAResourceHealth stream, read by the node agent)"
     )
-    reported_by: str | None = Field(description="the pod or claim that reported it")
+    reported_by: str | None = Field(
+        description="the pod or claim that reported it; for the health stream, the node"
+    )
     message: str | None
     changed_at: str | None
 
@@ -198,6 +203,17 @@ class DraHealthEventOut(BaseModel):
     before: str | None = Field(description="the health before this report")
 
 
+class DraHealthStreamOut(BaseModel):
+    node: str = Field(description="the node whose agent read the driver's stream")
+    health: str = Field(description="Healthy, Unhealthy or Unknown, as the stream gave it last")
+    checked_at: str | None = Field(description="when the driver last determined it")
+    timeout_seconds: int | None = Field(
+        description="the driver's health-check timeout; null: the kubelet's default"
+    )
+    message: str | None
+    received_at: str | None
+
+
 class DraAllocationOut(BaseModel):
     model_config = example(
         {
@@ -242,6 +258,9 @@ class DraDeviceDetailOut(BaseModel):
     published: bool = Field(description="the pool's newest generation lists the device")
     current: DraDeviceOut | None
     health: DraHealthOut | None
+    health_stream: DraHealthStreamOut | None = Field(
+        description="the last state of the driver's DRA health stream, when an agent reads it"
+    )
     health_history: list[DraHealthEventOut] = Field(description="newest first")
     allocation_history: list[DraAllocationOut] = Field(
         description="containers that held it, as PodResources reported, newest first"

@@ -18,13 +18,13 @@ from app.inventory.fields import HEALTH_VALUES
 from app.inventory.queries import DEVICE_SORTS, NODE_SORTS, STATE_VALUES
 
 Health = Literal["Healthy", "Unhealthy", "Unknown"]
-# A DRA device's reported health: Unknown is the absence of a report, never a value.
-ReportedHealth = Literal["Healthy", "Unhealthy"]
+# A DRA device's reported health: Unknown only when a driver's health stream says so.
+ReportedHealth = Literal["Healthy", "Unhealthy", "Unknown"]
 DeviceState = Literal["present", "removed"]
 Scope = Literal["read", "ingest", "admin"]
 KubeModeName = Literal["off", "incluster", "kubeconfig"]
 ExtendedSource = Literal["device_plugin", "manual"]
-DraHealthSource = Literal["pod_status", "claim_status"]
+DraHealthSource = Literal["pod_status", "claim_status", "kubelet_dra_health"]
 
 
 def _sorts(keys: tuple[str, ...]) -> list[str]:

@@ -116,6 +116,31 @@ class DraDeviceHealth(Base):
     changed_at: Mapped[datetime]
 
 
+class DraHealthReport(Base):
+    """The latest state a driver's DRA health stream (NodeWatchResources, read by the node
+    agent) gave for a device. Kept apart from dra_device_health, which holds the latest report
+    of any source: a stream repeating itself must not undo a newer report from another source,
+    so only a change of the stream's own value is applied there."""
+
+    __tablename__ = "dra_health_reports"
+    __table_args__ = (UniqueConstraint("driver", "pool", "device"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    driver: Mapped[str] = mapped_column(String(253))
+    pool: Mapped[str] = mapped_column(String(253))
+    device: Mapped[str] = mapped_column(String(253))
+    # The node whose agent reported it.
+    node: Mapped[str] = mapped_column(String(253))
+    # Healthy, Unhealthy or Unknown (the driver cannot tell).
+    health: Mapped[str] = mapped_column(String(32))
+    # When the driver last determined it (the stream's last_updated_time); None if not sent.
+    checked_at: Mapped[datetime | None]
+    # The driver's health-check timeout; None when it leaves it to the kubelet's default.
+    timeout_seconds: Mapped[int | None] = mapped_column(BigInteger)
+    message: Mapped[str | None] = mapped_column(String(1024))
+    received_at: Mapped[datetime]
+
+
 class DraClaim(Base):
     """A ResourceClaim: what was allocated to it and which pods consume it."""
 

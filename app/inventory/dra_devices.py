@@ -33,7 +33,8 @@ class DraFilters:
     driver: str | None = None
     pool: str | None = None
     allocated: bool | None = None
-    # Healthy or Unhealthy as last reported; Unknown: nothing reported yet.
+    # Healthy or Unhealthy as last reported; Unknown: nothing reported yet, or a health
+    # stream saying the driver cannot tell.
     health: str | None = None
 
 
@@ -106,7 +107,8 @@ def _conditions(session: Session, filters: DraFilters) -> list[ColumnElement[boo
             [Problem("health", "enum", f"must be one of {', '.join(HEALTH_VALUES)}")],
         )
     if filters.health == UNKNOWN:
-        conditions.append(~reported_health())
+        # No report yet, or a driver's health stream saying it cannot tell.
+        conditions.append(~reported_health() | reported_health(UNKNOWN))
     elif filters.health is not None:
         conditions.append(reported_health(filters.health))
     if filters.allocated is True:

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.clock import iso
+from app.inventory.cluster_models import DraHealthReport
 from app.inventory.dra_devices import dra_device_by_key
 from app.inventory.dra_summary import health_by_device, summaries
 from app.inventory.models import ClaimAllocation, Event, Node
@@ -55,6 +56,13 @@ def dra_device_details(
         .limit(HISTORY_LIMIT)
     ).all()
     health = health_by_device(session, [key]).get(key)
+    stream = session.scalars(
+        select(DraHealthReport).where(
+            DraHealthReport.driver == driver,
+            DraHealthReport.pool == pool,
+            DraHealthReport.device == device,
+        )
+    ).one_or_none()
     if published is None and not events and not allocations and health is None:
         return None
     return {
@@ -64,6 +72,16 @@ def dra_device_details(
         "published": published is not None,
         "current": summaries(session, [published])[0] if published is not None else None,
         "health": health,
+        "health_stream": None
+        if stream is None
+        else {
+            "node": stream.node,
+            "health": stream.health,
+            "checked_at": iso(stream.checked_at),
+            "timeout_seconds": stream.timeout_seconds,
+            "message": stream.message,
+            "received_at": iso(stream.received_at),
+        },
         "health_history": [
             {
                 "at": iso(e.at),

@@ -1,6 +1,7 @@
 """DRA device health with its provenance, and its history as events.
 
-Two sources reach the service through the API server:
+Two sources reach the service through the API server (a third, the drivers' own health
+streams, through node agents: app/kube/dra_health_report.py):
 - pod status (KEP-4680): `allocatedResourcesStatus` entries named `claim:REF[/REQUEST]`, REF
   being the container's claim reference; the kubelet names each device by the first CDI
   device ID its driver gave it, else `driver/pool/device`;
@@ -65,8 +66,10 @@ def set_health(
     message: str | None,
     now: datetime,
     log: EventLog,
+    node: str | None = None,
 ) -> None:
-    """Record a report; a change of health (not of the wording) is an event."""
+    """Record a report; a change of health (not of the wording) is an event. `node` stands in
+    for the device's node while no slice publishes the device on one."""
     driver, pool, name = key
     row = session.scalars(
         select(DraDeviceHealth).where(
@@ -75,12 +78,13 @@ def set_health(
             DraDeviceHealth.device == name,
         )
     ).one_or_none()
-    node = session.scalar(
+    published_on = session.scalar(
         select(DraDevice.node)
         .where(DraDevice.driver == driver, DraDevice.pool == pool, DraDevice.device == name)
         .order_by(DraDevice.pool_generation.desc(), DraDevice.id)
         .limit(1)
     )
+    node = published_on or node
     message = message[:MESSAGE_LIMIT] if message else None
     if row is not None and row.health == health:
         row.raw_health, row.health_source, row.reported_by = raw, source, reported_by

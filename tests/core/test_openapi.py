@@ -17,6 +17,7 @@ from app.inventory.events import EVENT_KINDS
 from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED
 from app.inventory.node_status import DEVICE_PLUGIN, MANUAL
 from app.kube.dra_health import CLAIM_STATUS, POD_STATUS
+from app.kube.dra_health_report import SOURCE as STREAM_SOURCE
 from app.main import create_app
 
 from .conftest import Api
@@ -24,6 +25,7 @@ from .conftest import Api
 OPERATIONS = {
     ("POST", "/api/v1/ingest/listandwatch"): "ingestListAndWatch",
     ("POST", "/api/v1/ingest/podresources"): "ingestPodResources",
+    ("POST", "/api/v1/ingest/dra-health"): "ingestDraHealth",
     ("GET", "/livez"): "livez",
     ("GET", "/readyz"): "readyz",
     ("GET", "/metrics"): "metrics",
@@ -124,12 +126,12 @@ def test_with_authentication_off_reading_needs_no_credentials() -> None:
 
 def test_the_vocabularies_are_the_domains_own() -> None:
     assert get_args(vocabulary.Health) == HEALTH_VALUES
-    assert get_args(vocabulary.ReportedHealth) == HEALTH_VALUES[:2]
+    assert get_args(vocabulary.ReportedHealth) == HEALTH_VALUES
     assert get_args(vocabulary.DeviceState) == (PRESENT, REMOVED)
     assert get_args(vocabulary.Scope) == SCOPES
     assert get_args(vocabulary.KubeModeName) == tuple(KubeMode)
     assert get_args(vocabulary.ExtendedSource) == (DEVICE_PLUGIN, MANUAL)
-    assert get_args(vocabulary.DraHealthSource) == (POD_STATUS, CLAIM_STATUS)
+    assert get_args(vocabulary.DraHealthSource) == (POD_STATUS, CLAIM_STATUS, STREAM_SOURCE)
 
 
 def enum_of(schema: dict[str, Any]) -> list[str]:
@@ -169,9 +171,9 @@ def test_closed_vocabularies_are_enums(client: TestClient) -> None:
     assert field("PodDeviceOut", "health") == health
     assert field("EventOut", "kind") == list(EVENT_KINDS)
     assert field("HealthPoint", "kind") == list(EVENT_KINDS)
-    assert field("DraHealthOut", "health") == ["Healthy", "Unhealthy"]
-    assert field("DraHealthOut", "source") == ["pod_status", "claim_status"]
-    assert field("PodDraDeviceOut", "health") == ["Healthy", "Unhealthy"]
+    assert field("DraHealthOut", "health") == ["Healthy", "Unhealthy", "Unknown"]
+    assert field("DraHealthOut", "source") == ["pod_status", "claim_status", "kubelet_dra_health"]
+    assert field("PodDraDeviceOut", "health") == ["Healthy", "Unhealthy", "Unknown"]
     assert field("ExtendedResourceOut", "source") == ["device_plugin", "manual"]
     assert field("ClusterStatusOut", "mode") == ["off", "incluster", "kubeconfig"]
     assert enum_of(components["TokenOut"]["properties"]["scopes"]["items"]) == list(SCOPES)
