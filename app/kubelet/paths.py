@@ -17,6 +17,10 @@ CHECKPOINT_FILE_NAME = "kubelet_internal_checkpoint"
 POD_RESOURCES_DIR_NAME = "pod-resources"
 POD_RESOURCES_SOCKET_NAME = "kubelet.sock"
 PLUGINS_REGISTRY_DIR_NAME = "plugins_registry"
+PLUGINS_DIR_NAME = "plugins"
+# The DRA kubelet-plugin helper (k8s.io/dynamic-resource-allocation/kubeletplugin) creates
+# dra.sock (dra-<UID>.sock while a rolling update runs two instances) in plugins/<driver>/.
+DRA_SOCKET_NAME = "dra.sock"
 
 # sun_path holds 108 bytes including the terminating NUL; longer paths cannot be bound.
 UNIX_SOCKET_PATH_MAX = 107
@@ -48,6 +52,17 @@ def pod_resources_socket(root: Path | str) -> Path:
 def plugins_registry_dir(root: Path | str) -> Path:
     """Where plugin-watcher plugins (DRA, CSI, device plugins) put their sockets."""
     return Path(root) / PLUGINS_REGISTRY_DIR_NAME
+
+
+def plugins_dir(root: Path | str) -> Path:
+    """Where CSI and DRA drivers keep their service sockets, one directory per driver."""
+    return Path(root) / PLUGINS_DIR_NAME
+
+
+def dra_plugin_socket(root: Path | str, driver: str) -> Path:
+    """A DRA driver's socket in its default place: the kubelet's client end of DRAPlugin and
+    DRAResourceHealth calls."""
+    return plugins_dir(root) / driver / DRA_SOCKET_NAME
 
 
 def default_plugin_socket_name(resource_name: str) -> str:
@@ -98,6 +113,10 @@ class KubeletPaths:
     @property
     def plugins_registry_dir(self) -> Path:
         return plugins_registry_dir(self.root)
+
+    @property
+    def plugins_dir(self) -> Path:
+        return plugins_dir(self.root)
 
     def make_dirs(self) -> None:
         """Create the directories the kubelet creates at start (mode 0700, like the kubelet)."""

@@ -10,12 +10,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from app.kubelet.paths import dra_plugin_socket
 from app.signals import stop_on_signals, wait_for_stop
 from app.sim import ctl
 from app.sim.apiserver import commands as apiserver_commands
-from app.sim.dra_driver import DraDriverSpec, SimDraDriver
+from app.sim.dra_driver import BROKEN_GPU, BROKEN_GPU_MESSAGE, DraDriverSpec, SimDraDriver
+from app.sim.dra_health_server import (
+    SimDraHealthServer,
+    control_dispatch,
+    dra_control_socket_path,
+)
 from app.sim.kubeclient import KubeClient
 from app.sim.kubelet import SimKubelet
+from app.sim.kubelet.control import ControlServer
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
 from app.sim.kubelet.topology import DEFAULT_POLICY, POLICIES
 from app.sim.node import PluginSpec, SimNode
@@ -83,12 +90,18 @@ def register(subparsers: Any) -> None:
 
     dra = subparsers.add_parser(
         "sim-dra-driver",
-        help="publish a simulated DRA driver's GPUs and claims using them to an API server",
-        description="Write a ResourceSlice of one node's GPUs and, using them, a pod with a "
-        "template claim, a pod whose GPU the driver reports not ready and a monitor's "
-        "admin-access claim, through the API server of --kubeconfig; kept so while it runs.",
+        help="publish a simulated DRA driver's GPUs and claims using them to an API server, "
+        "and serve their health stream",
+        description="With --kubeconfig: write a ResourceSlice of one node's GPUs and, using "
+        "them, a pod with a template claim, a pod whose GPU the driver reports not ready and a "
+        "monitor's admin-access claim, through that API server; kept so while it runs. With "
+        "--root: serve the GPUs' health stream (DRAResourceHealth) on "
+        "ROOT/plugins/DRIVER/dra.sock, its health changed with `sim-ctl --root ROOT dra health`.",
     )
-    dra.add_argument("--kubeconfig", required=True, type=Path, help="the API server to write to")
+    dra.add_argument("--kubeconfig", type=Path, help="the API server to write to")
+    dra.add_argument(
+        "--root", type=Path, help="kubelet root directory to serve the health stream under"
+    )
     dra.add_argument("--node", required=True, help="the node whose GPUs the driver publishes")
     dra.add_argument("--devices", type=int, default=4, help="GPUs in the node's pool (default 4)")
     dra.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -191,13 +204,36 @@ def run_dra_driver(args: argparse.Namespace) -> int:
     if not 2 <= args.devices <= 64:
         log.error("invalid arguments reason=--devices must be from 2 to 64")
         return 2
+    if args.kubeconfig is None and args.root is None:
+        log.error("invalid arguments reason=give --kubeconfig, --root or both")
+        return 2
+    spec = DraDriverSpec(args.node, args.devices)
+    parts: list[Any] = []
     try:
-        client = KubeClient.from_kubeconfig(args.kubeconfig)
+        if args.kubeconfig is not None:
+            parts.append(SimDraDriver(KubeClient.from_kubeconfig(args.kubeconfig), spec))
+        if args.root is not None:
+            health = SimDraHealthServer(
+                dra_plugin_socket(args.root, spec.driver),
+                spec.node,
+                spec.device_names,
+                unhealthy={BROKEN_GPU: BROKEN_GPU_MESSAGE},
+            )
+            control = ControlServer(dra_control_socket_path(args.root), control_dispatch(health))
+            parts += [health, control]
     except ValueError as e:
         log.error("invalid arguments reason=%s", e)
         return 2
-    driver = SimDraDriver(client, DraDriverSpec(args.node, args.devices))
-    return _run_until_signal(driver.start, driver.stop)
+
+    def start() -> None:
+        for part in parts:
+            part.start()
+
+    def stop() -> None:
+        for part in reversed(parts):
+            part.stop()
+
+    return _run_until_signal(start, stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

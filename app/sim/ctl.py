@@ -6,10 +6,13 @@
     devicedeck sim-ctl --root DIR node status
     devicedeck sim-ctl --root DIR device health RESOURCE DEVICE_ID Healthy|Unhealthy
     devicedeck sim-ctl --root DIR device unplug|plug RESOURCE DEVICE_ID
+    devicedeck sim-ctl --root DIR dra health DEVICE Healthy|Unhealthy|Unknown [--message TEXT]
+    devicedeck sim-ctl --root DIR dra status
 
 DEVICE_ID may be `#N` for the N-th device of the plugin. Device commands reach plugins
-started by sim-node only. Exit codes: 0 done, 1 refused (the reason is on stderr),
-2 bad arguments, 3 no sim-kubelet answers under --root. --json prints the raw result.
+started by sim-node only; dra commands reach a sim-dra-driver started with the same --root.
+Exit codes: 0 done, 1 refused (the reason is on stderr), 2 bad arguments, 3 nothing answers
+under --root. --json prints the raw result.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.sim.dra_health_server import HEALTH_NAMES, dra_control_socket_path
 from app.sim.kubelet.control import ControlError, ControlUnavailable, call, control_socket_path
 
 EXIT_OK = 0
@@ -38,7 +42,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--root", required=True, type=Path, help="kubelet root directory")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    groups = parser.add_subparsers(dest="ctl_group", metavar="pod|node|device", required=True)
+    groups = parser.add_subparsers(dest="ctl_group", metavar="pod|node|device|dra", required=True)
 
     pod = groups.add_parser("pod", help="simulated pods").add_subparsers(
         dest="ctl_action", metavar="create|delete|list", required=True
@@ -80,6 +84,18 @@ def register(subparsers: Any) -> None:
         sub.add_argument("device_id", metavar="DEVICE_ID")
         sub.set_defaults(func=_device_op, device_op=f"device.{action}")
 
+    dra = groups.add_parser("dra", help="the simulated DRA driver's health stream").add_subparsers(
+        dest="ctl_action", metavar="health|status", required=True
+    )
+    dra_health = dra.add_parser("health", help="set a DRA device's health in the stream")
+    dra_health.add_argument("device", metavar="DEVICE", help="device name, e.g. gpu-0")
+    dra_health.add_argument("health", choices=tuple(HEALTH_NAMES))
+    dra_health.add_argument("--message", default="", help="the driver's message with it")
+    dra_health.set_defaults(func=_dra_health)
+    dra.add_parser("status", help="every device's health in the stream").set_defaults(
+        func=_dra_status
+    )
+
 
 class _UsageError(Exception):
     pass
@@ -103,8 +119,10 @@ def _parse_requests(items: list[str]) -> dict[str, int]:
 
 
 def _send(args: argparse.Namespace, request: dict[str, Any]) -> tuple[int, Any]:
+    is_dra = str(request["op"]).startswith("dra.")
+    socket_path = dra_control_socket_path(args.root) if is_dra else control_socket_path(args.root)
     try:
-        return EXIT_OK, call(control_socket_path(args.root), request)
+        return EXIT_OK, call(socket_path, request)
     except ControlUnavailable as e:
         print(f"sim-ctl: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE, None
@@ -202,3 +220,23 @@ def _device_op(args: argparse.Namespace) -> int:
         "device.plug": "plugged",
     }[args.device_op]
     return _run(args, request, lambda _: print(f"{args.resource} {args.device_id}: {done}"))
+
+
+def _dra_health(args: argparse.Namespace) -> int:
+    request = {
+        "op": "dra.health",
+        "device": args.device,
+        "health": args.health,
+        "message": args.message,
+    }
+    return _run(args, request, lambda state: print(f"{args.device}: {state['health']}"))
+
+
+def _dra_status(args: argparse.Namespace) -> int:
+    def render(result: dict[str, Any]) -> None:
+        print(f"pool {result['pool']} on {result['socket']}")
+        for name, state in result["devices"].items():
+            message = f" {state['message']!r}" if state["message"] else ""
+            print(f"  {name} {state['health']}{message}")
+
+    return _run(args, {"op": "dra.status"}, render)

@@ -26,6 +26,9 @@ WORKLOAD_NAMESPACE = "ml"
 MONITOR_NAMESPACE = "monitoring"
 DEFAULT_INTERVAL_SECONDS = 30.0
 TEMPLATE = "one-gpu"
+# gpu-1 is the broken one, in the claim's conditions and in the health stream alike.
+BROKEN_GPU = "gpu-1"
+BROKEN_GPU_MESSAGE = "Xid 79: GPU has fallen off the bus"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,10 @@ class DraDriverSpec:
     def slice_name(self) -> str:
         return f"{self.node}-{self.driver}"
 
+    @property
+    def device_names(self) -> list[str]:
+        return [f"gpu-{i}" for i in range(self.devices)]
+
 
 def resource_slice(spec: DraDriverSpec) -> dict[str, Any]:
     return {
@@ -48,7 +55,7 @@ def resource_slice(spec: DraDriverSpec) -> dict[str, Any]:
             "pool": {"name": spec.node, "generation": 1, "resourceSliceCount": 1},
             "devices": [
                 {
-                    "name": f"gpu-{i}",
+                    "name": name,
                     "attributes": {
                         "model": {"string": "SIM-GPU-80G"},
                         "index": {"int": i},
@@ -56,7 +63,7 @@ def resource_slice(spec: DraDriverSpec) -> dict[str, Any]:
                     },
                     "capacity": {"memory": {"value": "80Gi"}},
                 }
-                for i in range(spec.devices)
+                for i, name in enumerate(spec.device_names)
             ],
         },
     }
@@ -185,7 +192,7 @@ class SimDraDriver:
             claim,
             [_result(spec, "gpu-1")],
             [(inference, pod["metadata"]["uid"])],
-            [_ready(spec, "gpu-1", False, "XidError", "Xid 79: GPU has fallen off the bus")],
+            [_ready(spec, "gpu-1", False, "XidError", BROKEN_GPU_MESSAGE)],
         )
         # A monitoring agent with admin access to every GPU: it watches, it does not allocate.
         monitor = f"gpu-monitor-{spec.node}"
