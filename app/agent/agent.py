@@ -14,6 +14,7 @@ from typing import Any
 
 from app.agent.client import IngestClient
 from app.agent.derived import DerivedHealth
+from app.agent.dra_health import DraHealthWatch
 from app.agent.identity import SourceIdentity, read_kernel_boot_id
 from app.agent.kubelet_reader import KubeletReader, KubeletView
 from app.agent.metrics import AgentMetrics, MetricsServer
@@ -25,6 +26,7 @@ from app.agent.snapshots import (
     allocated_entries,
     checkpoint_numa,
     devices_by_resource,
+    dra_health_snapshot,
     listandwatch_snapshot,
     listandwatch_stream,
     podresources_snapshot,
@@ -54,6 +56,9 @@ class AgentConfig:
     auth_retry: float = 60.0
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = None
+    # Stream DRA drivers' health (DRAResourceHealth) from their sockets under this directory;
+    # None: off.
+    dra_plugins_dir: Path | None = None
 
 
 class Agent:
@@ -71,6 +76,7 @@ class Agent:
         self._view: KubeletView | None = None
         # Replaced whole, never changed in place, so it can be read without the lock.
         self._taps_live: frozenset[str] = frozenset()
+        self._dra_live: frozenset[str] = frozenset()
         self._stopping = False
         self.pusher = Pusher(
             self.client,
@@ -100,6 +106,16 @@ class Agent:
             on_change=self._kubelet_changed,
             on_plugin_sockets=self.taps.sockets_changed,
         )
+        self.dra_health: DraHealthWatch | None = None
+        if config.dra_plugins_dir is not None:
+            self.dra_health = DraHealthWatch(
+                config.dra_plugins_dir,
+                self.metrics,
+                rescan=config.interval,
+                max_backoff=config.max_backoff,
+                on_message=self._dra_health_message,
+                on_disconnect=self._dra_health_disconnected,
+            )
         self.metrics_server: MetricsServer | None = None
         if config.metrics_port is not None:
             self.metrics_server = MetricsServer(
@@ -117,10 +133,14 @@ class Agent:
             self.identity.boot_id,
             ",".join(sorted(self.taps.resources)) or "-",
         )
+        if self.dra_health is not None:
+            log.info("event=dra_health_on plugins_dir=%s", self.dra_health.plugins_dir)
         if self.metrics_server is not None:
             self.metrics_server.start()
         self.pusher.start()
         self.taps.start()
+        if self.dra_health is not None:
+            self.dra_health.start()
         self.reader.start()
 
     def stop(self) -> None:
@@ -131,6 +151,8 @@ class Agent:
         self.pusher.stop()
         self.reader.stop()
         self.taps.stop()
+        if self.dra_health is not None:
+            self.dra_health.stop()
         self.client.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
@@ -145,6 +167,7 @@ class Agent:
             "last_kubelet_success": self.reader.last_success_at,
             "pending_streams": len(self.pusher.pending()),
             "taps_connected": sorted(self._taps_live),
+            "dra_health_connected": sorted(self._dra_live),
         }
 
     # ---- snapshots ---------------------------------------------------------------------------
@@ -153,6 +176,9 @@ class Agent:
         # Called by the pusher under its own lock: must not take self._lock.
         if stream.removeprefix("listandwatch/") in self._taps_live:
             return True
+        if stream.startswith("dra-health/"):
+            # Only the driver's open stream vouches for its devices' health.
+            return stream.removeprefix("dra-health/") in self._dra_live
         return self.reader.fresh(self._freshness)
 
     def _known_devices(self, resource: str) -> set[str]:
@@ -236,3 +262,15 @@ class Agent:
             for snapshot in self._snapshots_locked(self._view):
                 if snapshot.stream == stream:
                     self.pusher.offer(snapshot)
+
+    def _dra_health_message(self, driver: str, devices: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._dra_live = self._dra_live | {driver}
+            self.pusher.offer(
+                dra_health_snapshot(self.config.node, driver, devices, datetime.now(UTC))
+            )
+
+    def _dra_health_disconnected(self, driver: str) -> None:
+        # The last state stays with the service, as the kubelet keeps it until its timeout.
+        with self._lock:
+            self._dra_live = self._dra_live - {driver}

@@ -1,7 +1,8 @@
 """`devicedeck agent`: run the node agent until SIGTERM or SIGINT.
 
     devicedeck agent --node NAME --server URL --token-file PATH --kubelet-root DIR \\
-        [--tap RESOURCE[=SOCKET] ...] [--interval SECONDS] [--metrics-port PORT]
+        [--tap RESOURCE[=SOCKET] ...] [--dra-health [--dra-plugins-dir DIR]] \\
+        [--interval SECONDS] [--metrics-port PORT]
 
 The token comes from --token-file (re-read whenever the file changes) or DEVICEDECK_TOKEN;
 the node name from --node or NODE_NAME (set it from spec.nodeName in a DaemonSet).
@@ -49,6 +50,21 @@ def register(subparsers: Any) -> None:
         metavar="RESOURCE[=SOCKET]",
         help="open the agent's own ListAndWatch stream on this resource's plugin (repeatable; "
         "off by default: plugins sharing one health channel between streams lose events)",
+    )
+    parser.add_argument(
+        "--dra-health",
+        action="store_true",
+        help="open the agent's own DRA health stream (DRAResourceHealth/NodeWatchResources) "
+        "on every DRA driver socket found under --dra-plugins-dir (off by default, like --tap: "
+        "a driver that does not send every change to every stream could lose one for the "
+        "kubelet)",
+    )
+    parser.add_argument(
+        "--dra-plugins-dir",
+        type=Path,
+        metavar="DIR",
+        help="where DRA drivers keep DRIVER/dra.sock (default KUBELET_ROOT/plugins); "
+        "looked at again every --interval",
     )
     parser.add_argument(
         "--interval",
@@ -108,6 +124,8 @@ def _config_problem(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')}: must be positive"
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         return "--metrics-port: must be between 0 and 65535"
+    if args.dra_plugins_dir is not None and not args.dra_health:
+        return "--dra-plugins-dir: only with --dra-health"
     return None
 
 
@@ -115,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from app.agent.agent import Agent, AgentConfig
     from app.agent.plugin_sockets import TapSpec
     from app.config import LogFormat
+    from app.kubelet.paths import plugins_dir
     from app.logs import configure_logging
     from app.signals import stop_on_signals, wait_for_stop
 
@@ -149,6 +168,9 @@ def run(args: argparse.Namespace) -> int:
         auth_retry=args.auth_retry,
         metrics_host=args.metrics_address,
         metrics_port=args.metrics_port,
+        dra_plugins_dir=(args.dra_plugins_dir or plugins_dir(args.kubelet_root))
+        if args.dra_health
+        else None,
     )
     with stop_on_signals() as stop:
         try:

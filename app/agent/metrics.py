@@ -59,6 +59,12 @@ class AgentMetrics:
             ["resource"],
             registry=self.registry,
         )
+        self.dra_health_connected = Gauge(
+            "devicedeck_agent_dra_health_connected",
+            "1 while the agent's DRA health stream (NodeWatchResources) on the driver is open.",
+            ["driver"],
+            registry=self.registry,
+        )
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition the scraper asked for by its Accept header (OpenMetrics or the text

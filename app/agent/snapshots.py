@@ -21,6 +21,8 @@ from app.kubelet.proto import deviceplugin_pb2, podresources_pb2
 PODRESOURCES_STREAM = "podresources"
 PODRESOURCES_PATH = "/api/v1/ingest/podresources"
 LISTANDWATCH_PATH = "/api/v1/ingest/listandwatch"
+DRA_HEALTH_PATH = "/api/v1/ingest/dra-health"
+DRA_HEALTH_STREAM_PREFIX = "dra-health/"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
@@ -30,6 +32,10 @@ NumaMap = dict[tuple[str, str], set[int]]
 
 def listandwatch_stream(resource: str) -> str:
     return f"listandwatch/{resource}"
+
+
+def dra_health_stream(driver: str) -> str:
+    return f"{DRA_HEALTH_STREAM_PREFIX}{driver}"
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,8 @@ class Snapshot:
 
     @property
     def kind(self) -> str:
+        if self.stream.startswith(DRA_HEALTH_STREAM_PREFIX):
+            return "dra-health"
         return "podresources" if self.stream == PODRESOURCES_STREAM else "listandwatch"
 
     def payload(self, source: Mapping[str, object]) -> dict[str, Any]:
@@ -207,3 +215,17 @@ def checkpoint_numa(checkpoint: Checkpoint, numa: NumaMap) -> None:
                 slot = numa[(entry.resource_name, device_id)]
                 if node != NO_TOPOLOGY_NUMA_NODE:
                     slot.add(node)
+
+
+def dra_health_snapshot(
+    node: str, driver: str, devices: list[dict[str, Any]], observed_at: datetime
+) -> Snapshot:
+    """One NodeWatchResources message of one driver (entries from dra_health.device_entries)."""
+    body = {"node": node, "driver": driver, "devices": devices}
+    return Snapshot(
+        stream=dra_health_stream(driver),
+        path=DRA_HEALTH_PATH,
+        body=body,
+        key=_content_key(body),
+        observed_at=observed_at,
+    )

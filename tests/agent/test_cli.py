@@ -20,6 +20,10 @@ from .helpers import DEVICEDECK, DONGLE, Api, Process, SimNode, base_env, counts
         (["--node", "n", "--server", "ftp://example"], "--server"),
         (["--node", "n", "--server", "http://127.0.0.1:1", "--tap", "gpu"], "--tap"),
         (["--node", "n", "--server", "http://127.0.0.1:1", "--interval", "0.1"], "--interval"),
+        (
+            ["--node", "n", "--server", "http://127.0.0.1:1", "--dra-plugins-dir", "/tmp"],
+            "--dra-plugins-dir",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_by_name(arguments: list[str], named: str) -> None:
