@@ -29,6 +29,7 @@ from typing import TextIO
 from app.demo.agent_credentials import AgentCredentials
 from app.demo.processes import Child, Children, wait_for
 from app.demo.topology import (
+    DRA_NODE,
     TOPOLOGY,
     NodeSpec,
     agent_args,
@@ -336,9 +337,10 @@ class Demo:
                 logs / f"node-{node.name}.log",
                 TIER_NODES,
             )
+        dra_node = next(n for n in TOPOLOGY if n.name == DRA_NODE)
         children.start(
             "sim-dra-driver",
-            sim_dra_driver_args(layout.kubeconfig),
+            sim_dra_driver_args(layout.kubeconfig, layout.kubelet_root(dra_node)),
             logs / "sim-dra-driver.log",
             TIER_NODES,
         )

@@ -133,16 +133,19 @@ def sim_node_args(node: NodeSpec, root: Path | str, kubeconfig: Path | str) -> l
 
 
 # The node whose GPUs a simulated DRA driver also publishes, so the demo shows DRA devices
-# (ResourceSlices and claims in the API server) beside device-plugin devices.
+# (ResourceSlices and claims in the API server) beside device-plugin devices. The driver also
+# serves their health stream under the node's kubelet root, which that node's agent reads.
 DRA_NODE = "gpu-a"
 DRA_DEVICES = 4
 
 
-def sim_dra_driver_args(kubeconfig: Path | str) -> list[str]:
+def sim_dra_driver_args(kubeconfig: Path | str, root: Path | str) -> list[str]:
     return [
         "sim-dra-driver",
         "--kubeconfig",
         str(kubeconfig),
+        "--root",
+        str(root),
         "--node",
         DRA_NODE,
         "--devices",
@@ -198,6 +201,7 @@ def workload_args(node: NodeSpec, root: Path | str) -> list[str]:
 
 def agent_args(node: NodeSpec, root: Path | str, server: str, token_file: Path | str) -> list[str]:
     taps = [arg for p in node.plugins if p.tap for arg in ("--tap", p.resource)]
+    dra = ["--dra-health"] if node.name == DRA_NODE else []
     return [
         "agent",
         "--node",
@@ -213,6 +217,7 @@ def agent_args(node: NodeSpec, root: Path | str, server: str, token_file: Path |
         "--max-backoff",
         f"{AGENT_MAX_BACKOFF_SECONDS:g}",
         *taps,
+        *dra,
     ]
 
 

@@ -16,6 +16,7 @@ from app.demo.topology import (
     COMPOSE_KUBECONFIG,
     COMPOSE_KUBELET_ROOT,
     COMPOSE_TOKEN_FILE,
+    DRA_NODE,
     TOPOLOGY,
     compose_apiserver_args,
     compose_node_commands,
@@ -292,7 +293,11 @@ def test_the_service_and_the_kubelets_use_the_simulated_api_server(
 def test_the_dra_driver_is_the_demos(services: dict[str, dict[str, Any]]) -> None:
     """Compose runs the simulated DRA driver the demo runs, on the same node."""
     driver = services["sim-dra-driver"]
-    assert driver["command"] == sim_dra_driver_args(COMPOSE_KUBECONFIG)
+    assert driver["command"] == sim_dra_driver_args(COMPOSE_KUBECONFIG, COMPOSE_KUBELET_ROOT)
     mounts = set(volume_mounts(driver))
     assert ("kubeconfig", os.path.dirname(COMPOSE_KUBECONFIG), "ro") in mounts
+    # The health stream's socket is on the DRA node's kubelet volume, which its agent reads.
+    (dra_node,) = [n for n in TOPOLOGY if n.name == DRA_NODE]
+    assert (compose_volume(dra_node), COMPOSE_KUBELET_ROOT, "rw") in mounts
+    assert "--dra-health" in services[f"{DRA_NODE}-agent"]["command"]
     assert driver["depends_on"][COMPOSE_APISERVER]["condition"] == "service_healthy"

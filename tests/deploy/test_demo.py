@@ -205,12 +205,17 @@ def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
 
     wait_until(lowered, DATA_TIMEOUT, "allocatable below capacity after a device turned unhealthy")
     detail = get(port, f"/api/v1/nodes/{node}")
-    # The simulated DRA driver's GPUs, with the claims and health it wrote, through the watcher.
+    # The simulated DRA driver's GPUs, with the claims and health it wrote, through the watcher,
+    # and the health of every one from its health stream, through the node's agent.
     dra: list[dict[str, Any]] = []
 
     def dra_shows() -> bool:
         dra[:] = get(port, f"/api/v1/dra/devices?node={DRA_NODE}")["results"]
-        return len(dra) == DRA_DEVICES and any(d["health"] for d in dra)
+        return (
+            len(dra) == DRA_DEVICES
+            and all(d["health"] for d in dra)
+            and any(d["health"]["source"] == "kubelet_dra_health" for d in dra)
+        )
 
     wait_until(dra_shows, DATA_TIMEOUT, "the simulated DRA driver's devices")
     return {"node": cluster_node, "detail": detail, "dra": dra}
@@ -314,6 +319,11 @@ def test_the_demo_runs_the_whole_cluster_path(first_run: Run, data_dir: Path) ->
     dra = {d["device"]: d for d in first_run.cluster["dra"]}
     assert dra["gpu-0"]["allocated"] and dra["gpu-0"]["claims"][0]["consumers"]
     assert dra["gpu-1"]["health"]["health"] == "Unhealthy"
+    # No pod or claim reports on gpu-3: its health comes from the driver's health stream.
+    assert (dra["gpu-3"]["health"]["health"], dra["gpu-3"]["health"]["source"]) == (
+        "Healthy",
+        "kubelet_dra_health",
+    )
     assert all(d["watched_by"] for d in dra.values())
     assert [n for n, d in sorted(dra.items()) if not d["allocated"]] == ["gpu-2", "gpu-3"]
 
