@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from ui.dom import parse
 
 from .conftest import StartApp, wait_for
 from .dra_builders import DRIVER, claim_object, device, result, slice_object
@@ -269,3 +270,33 @@ def test_a_node_bound_token_reports_its_own_node_only(
     assert _device(client, auth, "gpu-0")["health"] is None
     events = client.get("/api/v1/events", headers=auth).json()
     assert all(e["kind"] != "dra_health_changed" for e in events["results"])
+
+
+def test_the_device_page_shows_the_stream_and_its_history(
+    fake_api: FakeApiServer,
+    start_app: StartApp,
+    auth: dict[str, str],
+    make_token: Callable[..., str],
+) -> None:
+    client = _started(fake_api, start_app, auth)
+    agent = _bearer(make_token("ingest", name="agent-a", node="node-a"))
+    entry = _entry(
+        "gpu-1",
+        "UNHEALTHY",
+        lastUpdatedTime="1764763200",
+        healthCheckTimeoutSeconds="60",
+        message="Xid 79",
+    )
+    assert client.post(INGEST, json=_report([entry]), headers=agent).status_code == 200
+    response = client.get(f"/dra/devices/{DRIVER}/node-a/gpu-1", headers=auth)
+    assert response.status_code == 200, response.text[:2000]
+    page = parse(response.text)
+    assert "Unhealthy" in page.one("h1").clean_text
+    text = page.clean_text
+    assert "the driver\N{RIGHT SINGLE QUOTATION MARK}s health stream (DRAResourceHealth)" in text
+    assert "Health stream" in text and "timeout 60 s" in text
+    history = page.by_id("dra-health-title").parent
+    assert history is not None and history.parent is not None
+    (item,) = history.parent.find_all("li")
+    assert "driver health stream of node-a" in item.clean_text
+    assert "Xid 79" in item.clean_text
