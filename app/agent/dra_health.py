@@ -5,8 +5,8 @@ the kubelet-plugin helper puts at `<plugins dir>/<driver>/dra.sock` (`dra-<UID>.
 rolling update runs two instances); the kubelet is the usual client. The agent looks for those
 sockets every `rescan` seconds, keeps one stream per driver (the directory names the driver),
 forwards every message at once, and reconnects with back-off when a stream ends. A driver
-that answers UNIMPLEMENTED has no health service: it is asked again only after the longest
-back-off, or when its socket is replaced.
+that answers UNIMPLEMENTED has no health service: it is asked again after the longest back-off,
+or at once when its socket is replaced (a driver restarted, perhaps upgraded).
 
 Off by default, like ListAndWatch taps: nothing in the API says a driver fans its health
 changes out to every stream, and a driver that does not could hand a change to the agent's
@@ -37,6 +37,7 @@ CALL = "NodeWatchResources"
 # The kubelet keeps at most this much of a driver's message; so does the agent.
 MESSAGE_LIMIT = 1024
 STABLE_STREAM_SECONDS = 30.0
+SOCKET_CHECK_SECONDS = 1.0
 
 OnMessage = Callable[[str, list[dict[str, Any]]], None]
 
@@ -109,7 +110,8 @@ class DriverStream:
         self._cond = threading.Condition()
         self._stopping = False
         self._call: Any = None
-        self._unimplemented: SocketId | None = None
+        # A socket whose server has no health service, and when to ask it again.
+        self._unimplemented: tuple[SocketId, float] | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -139,8 +141,12 @@ class DriverStream:
             if path is None:
                 return  # the socket is gone; the watch starts a new stream if it comes back
             identity = socket_id(path)
+            if identity is not None and self._declined(identity):
+                # Watched cheaply, so a driver restarted with the service is streamed at once.
+                self._wait(SOCKET_CHECK_SECONDS)
+                continue
             streamed_for = 0.0
-            if identity is not None and identity != self._unimplemented:
+            if identity is not None:
                 try:
                     streamed_for = self._stream(path, identity)
                 except Exception:
@@ -148,11 +154,20 @@ class DriverStream:
                     log.exception("event=dra_health_error driver=%s", self.driver)
             if streamed_for >= STABLE_STREAM_SECONDS:
                 self._backoff.reset()
-            delay = self._backoff.next_delay()
-            if identity is not None and identity == self._unimplemented:
-                delay = self._backoff.cap
-            with self._cond:
-                self._cond.wait_for(lambda: self._stopping, timeout=max(delay, 0.05))
+            if identity is not None and self._declined(identity):
+                continue
+            self._wait(self._backoff.next_delay())
+
+    def _declined(self, identity: SocketId) -> bool:
+        """This socket answered UNIMPLEMENTED and is not due to be asked again yet."""
+        if self._unimplemented is None:
+            return False
+        declined_by, retry_at = self._unimplemented
+        return declined_by == identity and time.monotonic() < retry_at
+
+    def _wait(self, seconds: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopping, timeout=max(seconds, 0.05))
 
     def _stream(self, path: Path, identity: SocketId) -> float:
         """Stream until it ends; returns how long it streamed."""
@@ -186,7 +201,7 @@ class DriverStream:
                     name,
                 )
             if code is grpc.StatusCode.UNIMPLEMENTED:
-                self._unimplemented = identity
+                self._unimplemented = (identity, time.monotonic() + self._backoff.cap)
         finally:
             with self._cond:
                 call, self._call = self._call, None

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
-from app.agent.dra_health import MESSAGE_LIMIT, device_entries, find_dra_sockets
+from app.agent.dra_health import MESSAGE_LIMIT, DraHealthWatch, device_entries, find_dra_sockets
+from app.agent.metrics import AgentMetrics
+from app.kubelet.paths import dra_plugin_socket, unix_target
 from app.kubelet.proto import drahealth_pb2
+from app.sim.dra_health_server import SimDraHealthServer
+
+from .helpers import wait_until
 
 
 @pytest.fixture
@@ -78,3 +87,54 @@ def test_entries_are_ordered_and_long_messages_cut_as_the_kubelet_cuts_them() ->
     ]
     message = entries[1]["message"]
     assert len(message) == MESSAGE_LIMIT and message.endswith("...")
+
+
+def test_a_driver_without_the_health_service_is_streamed_once_restarted_with_it(
+    work_dir: Path,
+) -> None:
+    plugins = work_dir / "plugins"
+    path = dra_plugin_socket(work_dir, "gpu.example.com")
+    path.parent.mkdir(parents=True)
+    # A driver serving DRAPlugin only: NodeWatchResources is UNIMPLEMENTED.
+    bare = grpc.server(ThreadPoolExecutor(max_workers=2))
+    bare.add_insecure_port(unix_target(path))
+    bare.start()
+    received: list[tuple[str, list[dict[str, Any]]]] = []
+    lock = threading.Lock()
+
+    def on_message(driver: str, devices: list[dict[str, Any]]) -> None:
+        with lock:
+            received.append((driver, devices))
+
+    metrics = AgentMetrics()
+    # Back-off far longer than the test may wait: only the new socket can explain a stream.
+    watch = DraHealthWatch(
+        plugins,
+        metrics,
+        rescan=0.2,
+        max_backoff=600,
+        on_message=on_message,
+        on_disconnect=lambda driver: None,
+    )
+    watch.start()
+    health: SimDraHealthServer | None = None
+    try:
+        errors = {"call": "NodeWatchResources", "code": "UNIMPLEMENTED"}
+        wait_until(
+            lambda: metrics.registry.get_sample_value(
+                "devicedeck_agent_kubelet_call_errors_total", errors
+            ),
+            message="the UNIMPLEMENTED answer",
+        )
+        bare.stop(0).wait()
+        health = SimDraHealthServer(path, "node-a", ["gpu-0"])
+        health.start()
+        wait_until(lambda: received, message="a message from the restarted driver")
+        ((driver, devices),) = received[:1]
+        assert driver == "gpu.example.com"
+        assert [(d["device"]["deviceName"], d["health"]) for d in devices] == [("gpu-0", "HEALTHY")]
+    finally:
+        watch.stop()
+        bare.stop(0).wait()
+        if health is not None:
+            health.stop()
