@@ -204,6 +204,17 @@ class DraHealthEventOut(BaseModel):
 
 
 class DraHealthStreamOut(BaseModel):
+    model_config = example(
+        {
+            "node": NODE,
+            "health": "Unhealthy",
+            "checked_at": EARLIER,
+            "timeout_seconds": 60,
+            "message": "Xid 79",
+            "received_at": EARLIER,
+        }
+    )
+
     node: str = Field(description="the node whose agent read the driver's stream")
     health: str = Field(description="Healthy, Unhealthy or Unknown, as the stream gave it last")
     checked_at: str | None = Field(description="when the driver last determined it")
@@ -247,6 +258,7 @@ class DraDeviceDetailOut(BaseModel):
             "published": True,
             "current": example_of(DraDeviceOut),
             "health": example_of(DraHealthOut),
+            "health_stream": example_of(DraHealthStreamOut),
             "health_history": [example_of(DraHealthEventOut)],
             "allocation_history": [example_of(DraAllocationOut)],
         }
