@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 from enum import StrEnum
 
@@ -41,6 +42,7 @@ class KubeMode(StrEnum):
 
 
 LINK_FIELDS = {"node", "resource", "device_id"}
+WEBHOOK_URL = re.compile(r"https?://[^/?#\s,]+(/[^\s,]*)?")
 
 
 class Settings(BaseSettings):
@@ -96,6 +98,43 @@ class Settings(BaseSettings):
         description="a link shown on each device's page, e.g. to a Grafana board: an http(s) "
         "URL with {node}, {resource} and {device_id} in it",
     )
+    webhook_url: str | None = Field(
+        default=None,
+        description="http(s) URLs, comma-separated, that get an Alertmanager-style webhook "
+        "message when a device turns unhealthy or is removed, or a node goes stale, and when "
+        "that ends",
+    )
+    webhook_receiver: str = Field(
+        default="devicedeck", min_length=1, description="the messages' `receiver` field"
+    )
+    webhook_timeout: float = Field(
+        default=10.0, gt=0, description="seconds a webhook receiver has to answer one message"
+    )
+    webhook_backoff_max: float = Field(
+        default=300.0, gt=0, description="the longest wait, seconds, before retrying a receiver"
+    )
+    webhook_retention_days: float = Field(
+        default=7.0, gt=0, description="days a sent notification is kept before it is pruned"
+    )
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_urls(cls, value: str | None) -> str | None:
+        if not value or not value.strip():
+            return None
+        urls = [part.strip() for part in value.split(",")]
+        for url in urls:
+            if not WEBHOOK_URL.fullmatch(url):
+                raise ValueError(
+                    f"each comma-separated entry must be an http:// or https:// URL, not {url!r}"
+                )
+        if len(set(urls)) != len(urls):
+            raise ValueError("lists the same URL twice")
+        return ",".join(urls)
+
+    @property
+    def webhook_urls(self) -> list[str]:
+        return [url.strip() for url in (self.webhook_url or "").split(",") if url.strip()]
 
     @field_validator("device_link_template")
     @classmethod

@@ -27,6 +27,7 @@ from app.web.compression import CompressionMiddleware
 from app.web.errors import install_error_handlers
 from app.web.limits import BodyLimitMiddleware, reject_nul_parameters
 from app.web.state import ServiceState, service_state
+from app.webhooks import configure_outbox, start_webhook_senders
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state.event_loop_database = event_loop_database
         if event_loop_database is not None:
             await event_loop_database.open()
+        configure_outbox(settings, state.session_factory, event_loop_database)
         state.ingest = SnapshotIngest(
             state.session_factory,
             event_loop_database,
@@ -96,6 +98,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state.service_account_reviewer = None
     # Other parts (dashboard live updates, cluster watcher) add (app, tasks) -> None starters.
     app.state.background_starters = [start_stale_sweep]
+    if settings.webhook_urls:
+        app.state.background_starters.append(start_webhook_senders)
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit)
     app.add_middleware(CompressionMiddleware)

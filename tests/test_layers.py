@@ -24,6 +24,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "app.api": {"app.main", "app.ui", "app.agent", "app.sim"},
     "app.ui": {"app.main", "app.api", "app.agent", "app.sim"},
     "app.background": {"app.main", "app.api", "app.ui", "app.kube"},
+    "app.webhooks": {"app.main", "app.api", "app.ui", "app.kube", "app.agent", "app.sim"},
     "app.agent": DATABASE | SERVICE | {"app.sim", "app.demo"},
     "app.sim": DATABASE | SERVICE | {"app.agent", "app.demo"},
 }

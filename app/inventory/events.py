@@ -8,6 +8,7 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
+from app.inventory.alerts import write_outbox
 from app.inventory.bulk import BulkInsert
 from app.inventory.models import Event, table_of
 
@@ -101,5 +102,7 @@ class EventLog:
         return sum(1 for row in self.rows if row["kind"] == kind)
 
     def write(self, session: Session) -> None:
-        """Insert the events; on PostgreSQL also tell listeners, delivered at commit."""
+        """Insert the events; on PostgreSQL also tell listeners, delivered at commit. The
+        alerts they start or end go to the notification outbox, when it has targets."""
         _INSERT_EVENTS.execute(session, self.rows)
+        write_outbox(session, self.rows)

@@ -333,6 +333,40 @@ class Setting(Base):
     updated_at: Mapped[datetime]
 
 
+class Notification(Base):
+    """One alert transition (firing or resolved) owed to one webhook target: the outbox.
+
+    Written in the transaction of the event that causes it, so a notification exists exactly
+    when its change committed; sent later, and marked, by the leader's sender."""
+
+    __tablename__ = "notification_outbox"
+    __table_args__ = (
+        # The sender walks a target's pending rows in order.
+        partial_index("ix_notification_outbox_pending", "target", "id", where="state = 'pending'"),
+        # A resolved alert takes its labels and start from the firing one.
+        Index("ix_notification_outbox_fingerprint_id", "fingerprint", "id"),
+        Index("ix_notification_outbox_done_at", "done_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    created_at: Mapped[datetime]
+    # A hash of the webhook URL, which may hold a credential and is not stored.
+    target: Mapped[str] = mapped_column(String(64))
+    dedupe_key: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, Any]]
+    annotations: Mapped[dict[str, Any]]
+    generator_url: Mapped[str | None] = mapped_column(String(2048))
+    starts_at: Mapped[datetime]
+    ends_at: Mapped[datetime | None]
+    # pending, delivered, or rejected (the receiver refused it for good, a 4xx).
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_error: Mapped[str | None] = mapped_column(String(500))
+    done_at: Mapped[datetime | None]
+
+
 # The cluster tables (filled by the cluster watcher) live in their own module; importing it keeps
 # Base.metadata complete for Alembic, the schema check and the tests' TRUNCATE.
 from app.inventory import cluster_models as _cluster_models  # noqa: E402,F401
