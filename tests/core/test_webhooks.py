@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.config import Settings, load_settings
 from app.inventory.models import Notification
 
 from .conftest import GPU, Api, MakeApi, dev, held, listandwatch, pod, podresources, wait_until
@@ -195,3 +196,27 @@ def test_without_a_webhook_url_nothing_is_queued(
     assert len(api.events(kind="device_removed")) == 1
     with session_factory() as session:
         assert session.scalar(select(func.count()).select_from(Notification)) == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "rule"),
+    [
+        ("ftp://hooks.example.com/x", "must be an http:// or https:// URL"),
+        ("https://a.example/x,not a url", "must be an http:// or https:// URL"),
+        ("https://a.example/x, https://a.example/x", "lists the same URL twice"),
+    ],
+)
+def test_a_bad_webhook_url_stops_the_service_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, given: str, rule: str
+) -> None:
+    monkeypatch.setenv("DEVICEDECK_WEBHOOK_URL", given)
+    with pytest.raises(SystemExit) as stopped:
+        load_settings()
+    assert "DEVICEDECK_WEBHOOK_URL" in str(stopped.value) and rule in str(stopped.value)
+
+
+def test_webhook_urls_are_read_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVICEDECK_WEBHOOK_URL", " https://a.example/hook , http://b.example:9095")
+    assert Settings().webhook_urls == ["https://a.example/hook", "http://b.example:9095"]
+    monkeypatch.setenv("DEVICEDECK_WEBHOOK_URL", "")
+    assert Settings().webhook_urls == []
