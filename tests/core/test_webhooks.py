@@ -4,10 +4,15 @@ nothing written to the outbox when no URL is configured."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 
 import pytest
+from agent.helpers import free_port
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,6 +25,7 @@ from .webhook_receiver import WebhookReceiver, running
 # Generous: the sender polls every second, and retries wait 1, 2, 4 s (with jitter).
 DEADLINE = 60.0
 NOT_ENDED = "0001-01-01T00:00:00Z"
+NOTIFICATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "notifications.md"
 
 
 @pytest.fixture
@@ -220,3 +226,34 @@ def test_webhook_urls_are_read_comma_separated(monkeypatch: pytest.MonkeyPatch) 
     assert Settings().webhook_urls == ["https://a.example/hook", "http://b.example:9095"]
     monkeypatch.setenv("DEVICEDECK_WEBHOOK_URL", "")
     assert Settings().webhook_urls == []
+
+
+def test_the_documented_receiver_gets_the_alerts(make_api: MakeApi, tmp_path: Path) -> None:
+    """docs/notifications.md's example receiver, run as written but on a free port."""
+    [example] = re.findall(r"```python\n(.*?)```", NOTIFICATIONS_DOC.read_text(), re.DOTALL)
+    assert '("0.0.0.0", 9095)' in example
+    port = free_port()
+    script = tmp_path / "receiver.py"
+    script.write_text(example.replace('("0.0.0.0", 9095)', f'("127.0.0.1", {port})'))
+    output = tmp_path / "receiver.out"
+    with output.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-u", str(script)], stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        api = make_api(webhook_url=f"http://127.0.0.1:{port}/")
+        api.ingest_listandwatch(gpus(1))
+        api.ingest_listandwatch(gpus(2, "Unhealthy"))
+        api.ingest_listandwatch(gpus(3, "Healthy"))
+        summary = f"Device gpu-0 ({GPU}) on node node-1 is unhealthy"
+        printed = [f"firing {summary}", f"resolved {summary}"]
+        wait_until(
+            lambda: (
+                [line for line in output.read_text().splitlines() if summary in line] == printed
+            ),
+            timeout=DEADLINE,
+            what="the receiver to print both alerts",
+        )
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
