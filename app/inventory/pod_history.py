@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, select, union_all
 from sqlalchemy.orm import Session
 
 from app.clock import iso
@@ -205,22 +205,19 @@ def _changes_for(
     end = max((allocation.ended or now) for allocation, _ in holds)
     device_events = and_(Event.device_pk.in_(device_pks), Event.kind.in_(HEALTH_EVENT_KINDS))
     node_events = and_(Event.node.in_(node_names), Event.kind.in_(NODE_EVENT_KINDS))
-    last_before = (
+    # One index scan per part, united by id: written as one OR, PostgreSQL walked the whole
+    # change log in time order (1.4 s at 490,000 events) instead of using the indexes.
+    wanted = union_all(
         select(func.max(Event.id))
         .where(device_events, Event.at <= start)
-        .group_by(Event.device_pk)
-        .union_all(
-            select(func.max(Event.id)).where(node_events, Event.at <= start).group_by(Event.node)
-        )
+        .group_by(Event.device_pk),
+        select(func.max(Event.id)).where(node_events, Event.at <= start).group_by(Event.node),
+        select(Event.id).where(device_events, Event.at > start, Event.at <= end),
+        select(Event.id).where(node_events, Event.at > start, Event.at <= end),
     )
     rows = session.execute(
         select(Event.id, Event.at, Event.device_pk, Event.node, Event.kind, Event.after)
-        .where(
-            or_(
-                Event.id.in_(last_before),
-                and_(or_(device_events, node_events), Event.at > start, Event.at <= end),
-            )
-        )
+        .where(Event.id.in_(wanted))
         # By time, as the changes happened; the id breaks ties in commit order.
         .order_by(Event.at, Event.id)
         .limit(EVENT_LIMIT + 1)
