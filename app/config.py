@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     body_limit: int = Field(default=3 * 1024 * 1024, gt=0, description="request body limit, bytes")
     log_format: LogFormat = Field(default=LogFormat.TEXT)
     log_level: LogLevel = Field(default=LogLevel.INFO)
+    metrics_per_device: bool = Field(
+        default=False,
+        description="export devicedeck_device_healthy, one series per present device",
+    )
     max_devices_per_snapshot: int = Field(default=4096, gt=0)
     max_pods_per_snapshot: int = Field(default=2048, gt=0)
     max_devices_per_node: int = Field(default=16384, gt=0)

@@ -19,13 +19,14 @@ from app.db import (
     create_event_loop_database,
     make_session_factory,
 )
+from app.fleet_metrics import FleetGauges
 from app.inventory.ingest import SnapshotIngest
-from app.inventory.queries import devices_by_resource_and_health
 from app.metrics import ServiceMetrics
 from app.ui import install_ui
 from app.web.compression import CompressionMiddleware
 from app.web.errors import install_error_handlers
 from app.web.limits import BodyLimitMiddleware, reject_nul_parameters
+from app.web.observe import RequestObserver
 from app.web.state import ServiceState, service_state
 from app.webhooks import configure_outbox, start_webhook_senders
 
@@ -59,12 +60,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_node_devices=settings.max_devices_per_node,
             stale_after=timedelta(seconds=settings.stale_after),
         )
-        metrics = ServiceMetrics()
-        metrics.watch_inventory(
-            state.session_factory,
-            lambda session: devices_by_resource_and_health(session, clock_of(settings)),
+        state.metrics.watch_fleet(
+            FleetGauges(
+                state.session_factory,
+                lambda: clock_of(settings),
+                per_device=settings.metrics_per_device,
+            )
         )
-        state.metrics = metrics
         if settings.auth is AuthMode.OFF:
             log.warning(
                 "AUTHENTICATION IS OFF: anyone who can reach this service can read and change "
@@ -92,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state = state = ServiceState()
     state.settings = settings
     state.token_cache = TokenCache(ttl=settings.token_cache_seconds)
+    state.metrics = ServiceMetrics(__version__)
     state.error_page = None
     state.kube_api = None
     state.kube_problem = None
@@ -103,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit)
     app.add_middleware(CompressionMiddleware)
+    app.add_middleware(RequestObserver, metrics=state.metrics)
     # Routes are matched in order, and ingest is what agents on every node call, every few
     # seconds.
     app.include_router(ingest.router)

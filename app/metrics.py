@@ -1,23 +1,38 @@
-"""Prometheus metrics of the service. Device counts are read from the database at scrape time."""
+"""Prometheus metrics of the service: counters kept in process, fleet gauges read from the
+database at scrape time (app/fleet_metrics.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import Collector
-from sqlalchemy.orm import Session, sessionmaker
 
-DeviceCounter = Callable[[Session], list[tuple[str, str, int]]]
+from app.fleet_metrics import FleetGauges
+
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+OPENMETRICS_END = b"# EOF\n"
 
 
 class ServiceMetrics:
     """One registry per app, so several apps in one process (tests) do not collide."""
 
-    def __init__(self) -> None:
+    def __init__(self, version: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.fleet: FleetGauges | None = None
+        self.leading: Callable[[], bool] = lambda: False
+        Gauge(
+            "devicedeck_leader",
+            "1 while this process runs the work only one process runs (stale sweep, cluster "
+            "watcher), else 0.",
+            registry=self.registry,
+        ).set_function(lambda: 1.0 if self.leading() else 0.0)
+        Gauge(
+            "devicedeck_build_info",
+            "Always 1; version is the running release.",
+            ["version"],
+            registry=self.registry,
+        ).labels(version).set(1)
         self.ingest_total = Counter(
             "devicedeck_ingest_snapshots_total",
             "Snapshots received, by kind and outcome.",
@@ -31,45 +46,35 @@ class ServiceMetrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )
-
-    def watch_leadership(self, leading: Callable[[], bool]) -> None:
-        gauge = Gauge(
-            "devicedeck_leader",
-            "1 while this process runs the work only one process runs (stale sweep, cluster "
-            "watcher), else 0.",
+        self.http_requests = Counter(
+            "devicedeck_http_requests_total",
+            "Requests answered, by route template, method and status code.",
+            ["route", "method", "status"],
             registry=self.registry,
         )
-        gauge.set_function(lambda: 1.0 if leading() else 0.0)
+        self.http_seconds = Histogram(
+            "devicedeck_http_request_duration_seconds",
+            "Time from request to the end of the answer, by route template and method "
+            "(event streams are not timed).",
+            ["route", "method"],
+            registry=self.registry,
+            buckets=HTTP_BUCKETS,
+        )
 
-    def watch_inventory(self, factory: sessionmaker[Session], counter: DeviceCounter) -> None:
-        self.registry.register(_InventoryCollector(factory, counter))
+    def watch_leadership(self, leading: Callable[[], bool]) -> None:
+        self.leading = leading
+
+    def watch_fleet(self, fleet: FleetGauges) -> None:
+        self.fleet = fleet
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition the scraper asked for by its Accept header (OpenMetrics or the text
         format), and its content type."""
         encode, content_type = choose_encoder(accept or "")
-        return encode(self.registry), content_type
-
-
-class _InventoryCollector(Collector):
-    def __init__(self, factory: sessionmaker[Session], counter: DeviceCounter) -> None:
-        self.factory = factory
-        self.counter = counter
-
-    def collect(self) -> Iterator[Metric]:
-        gauge = GaugeMetricFamily(
-            "devicedeck_devices",
-            "Present devices by resource and health (Unknown for stale nodes).",
-            labels=["resource", "health"],
-        )
-        with self.factory() as session:
-            for resource, health, count in self.counter(session):
-                gauge.add_metric([resource, health], count)
-        yield gauge
-
-    def describe(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
-            "devicedeck_devices",
-            "Present devices by resource and health (Unknown for stale nodes).",
-            labels=["resource", "health"],
-        )
+        body = encode(self.registry)
+        if self.fleet is None:
+            return body, content_type
+        fleet = self.fleet.render().encode()
+        if content_type.startswith("application/openmetrics-text"):
+            return body.removesuffix(OPENMETRICS_END) + fleet + OPENMETRICS_END, content_type
+        return body + fleet, content_type

@@ -309,17 +309,6 @@ def device_counts(
     return counts
 
 
-def devices_by_resource_and_health(
-    session: Session, clock: Freshness
-) -> list[tuple[str, str, int]]:
-    return [
-        (item["resource"], health, item["totals"][health.lower()])
-        for item in resource_totals(session, clock)
-        for health in HEALTH_VALUES
-        if item["totals"][health.lower()]
-    ]
-
-
 # Nodes -------------------------------------------------------------------------------------
 
 

@@ -43,6 +43,8 @@ def variables() -> dict[str, Any]:
 def shown(default: Any) -> str:
     if default is None:
         return NONE_SHOWN_AS
+    if isinstance(default, bool):
+        return str(default).lower()  # as it is written in the environment
     if isinstance(default, Enum):
         return str(default.value)
     if isinstance(default, float) and default.is_integer():
