@@ -124,4 +124,4 @@ def _sweep_once(app: FastAPI, settings: Settings) -> None:
     with write_session(app.state.session_factory) as session:
         names = mark_stale_nodes(session, clock.now, clock.cutoff)
     if names:
-        log.info("nodes turned stale count=%d names=%s", len(names), ",".join(names[:20]))
+        log.info("nodes turned stale", extra={"count": len(names), "names": ",".join(names[:20])})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,7 +70,11 @@ def run_serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     if not args.no_migrate:
         upgrade_to_head(settings.database_url)
-    print(f"Devicedeck is serving on http://{args.host}:{args.port}/", flush=True)
+    url = f"http://{args.host}:{args.port}/"
+    # Logged, not printed: with DEVICEDECK_LOG_FORMAT=json every line of output is JSON.
+    logging.getLogger(__name__).info(
+        f"Devicedeck is serving on {url}", extra={"event": "serving", "url": url}
+    )
     if args.workers > 1:
         # Each worker process builds its own app (engines and pools are per process).
         uvicorn.run(

@@ -64,6 +64,7 @@ class Settings(BaseSettings):
     body_limit: int = Field(default=3 * 1024 * 1024, gt=0, description="request body limit, bytes")
     log_format: LogFormat = Field(default=LogFormat.TEXT)
     log_level: LogLevel = Field(default=LogLevel.INFO)
+    access_log: bool = Field(default=True, description="log a line per request")
     metrics_per_device: bool = Field(
         default=False,
         description="export devicedeck_device_healthy, one series per present device",

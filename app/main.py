@@ -70,7 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.auth is AuthMode.OFF:
             log.warning(
                 "AUTHENTICATION IS OFF: anyone who can reach this service can read and change "
-                "the inventory. DEVICEDECK_AUTH=off is meant for local demos only."
+                "the inventory. DEVICEDECK_AUTH=off is meant for local demos only.",
+                extra={"event": "auth_off"},
             )
         background = start_background_tasks(app)
         try:
@@ -106,7 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit)
     app.add_middleware(CompressionMiddleware)
-    app.add_middleware(RequestObserver, metrics=state.metrics)
+    app.add_middleware(RequestObserver, metrics=state.metrics, access=settings.access_log)
     # Routes are matched in order, and ingest is what agents on every node call, every few
     # seconds.
     app.include_router(ingest.router)

@@ -19,7 +19,7 @@ def stop_on_signals() -> Iterator[threading.Event]:
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
-        log.info("event=signal signal=%s", signal.Signals(signum).name)
+        log.info("signal", extra={"event": "signal", "signal": signal.Signals(signum).name})
         stop.set()
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}

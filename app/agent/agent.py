@@ -126,12 +126,15 @@ class Agent:
 
     def start(self) -> None:
         log.info(
-            "event=agent_starting node=%s server=%s kubelet_root=%s boot_id=%s taps=%s",
-            self.config.node,
-            self.config.server,
-            self.config.kubelet_root,
-            self.identity.boot_id,
-            ",".join(sorted(self.taps.resources)) or "-",
+            "agent starting",
+            extra={
+                "event": "agent_starting",
+                "node": self.config.node,
+                "server": self.config.server,
+                "kubelet_root": self.config.kubelet_root,
+                "boot_id": self.identity.boot_id,
+                "taps": ",".join(sorted(self.taps.resources)) or "-",
+            },
         )
         if self.dra_health is not None:
             log.info("event=dra_health_on plugins_dir=%s", self.dra_health.plugins_dir)
@@ -156,7 +159,7 @@ class Agent:
         self.client.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
-        log.info("event=agent_stopped node=%s", self.config.node)
+        log.info("agent stopped", extra={"event": "agent_stopped", "node": self.config.node})
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         ok = self.pusher.alive and self.reader.alive

@@ -148,12 +148,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         problem = problem or str(e)
     if problem:
-        log.error("event=invalid_arguments reason=%r", problem)
+        log.error("invalid arguments", extra={"event": "invalid_arguments", "reason": problem})
         return EXIT_USAGE
     if args.token_file is None and not os.environ.get("DEVICEDECK_TOKEN"):
         log.warning(
-            "event=no_token detail='no --token-file and no DEVICEDECK_TOKEN; posting "
-            "without a token works only with a service running DEVICEDECK_AUTH=off'"
+            "no --token-file and no DEVICEDECK_TOKEN; posting without a token works only with "
+            "a service running DEVICEDECK_AUTH=off",
+            extra={"event": "no_token"},
         )
     config = AgentConfig(
         node=args.node,
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             agent = Agent(config)
         except OSError as e:
-            log.error("event=start_failed reason=%r", str(e))
+            log.error("start failed", extra={"event": "start_failed", "reason": str(e)})
             return 1
         agent.start()
         try:

@@ -219,14 +219,17 @@ class KubeletReader:
             except Exception:
                 # Whatever went wrong, the reader thread must live on: a dead reader
                 # would leave the service with a frozen picture of the node.
-                log.exception("event=kubelet_reader_error")
+                log.exception("kubelet reader error", extra={"event": "kubelet_reader_error"})
                 self._spacer.record_call(self._backoff.next_delay())
 
     def _step(self, resync: bool, checkpoint_dirty: bool) -> None:
         plugins_changed, kubelet_restarted, redial = self._take_flags()
         changed = False
         if redial:
-            log.info("event=podresources_socket_recreated action=redial")
+            log.info(
+                "podresources socket recreated",
+                extra={"event": "podresources_socket_recreated", "action": "redial"},
+            )
             self._close_client()
             self._view = replace(self._view, allocatable_supported=True)
         if resync and self._watches.ensure():
@@ -258,7 +261,9 @@ class KubeletReader:
             self._on_change(self._view)
         except Exception:
             # A bug in snapshot building must not stop the agent from reading the kubelet.
-            log.exception("event=kubelet_view_handler_failed")
+            log.exception(
+                "kubelet view handler failed", extra={"event": "kubelet_view_handler_failed"}
+            )
 
     # ---- checkpoint --------------------------------------------------------------------------
 
@@ -270,7 +275,10 @@ class KubeletReader:
         except CheckpointError as e:
             if path.exists():
                 self._metrics.kubelet_errors.labels("checkpoint", "unreadable").inc()
-                log.warning("event=checkpoint_unreadable path=%s error=%s", path, e)
+                log.warning(
+                    "checkpoint unreadable",
+                    extra={"event": "checkpoint_unreadable", "path": path, "error": e},
+                )
                 # Without it changes cannot be told apart: ask the kubelet for everything.
                 self._need |= {ALLOCATABLE, LIST}
                 return False
@@ -318,7 +326,9 @@ class KubeletReader:
         if stale is not None:
             # The socket was re-created (kubelet restart): a channel to the old inode would
             # sit in gRPC's reconnect back-off, so dial the new one.
-            log.info("event=podresources_redial socket=%s", socket_path)
+            log.info(
+                "podresources redial", extra={"event": "podresources_redial", "socket": socket_path}
+            )
             stale.close()
         return client
 
@@ -343,7 +353,11 @@ class KubeletReader:
                 return False
             if name == ALLOCATABLE and e.code is grpc.StatusCode.UNIMPLEMENTED:
                 log.warning(
-                    "event=allocatable_unsupported action=use_checkpoint_registered_devices"
+                    "allocatable unsupported",
+                    extra={
+                        "event": "allocatable_unsupported",
+                        "action": "use_checkpoint_registered_devices",
+                    },
                 )
                 self._need.discard(ALLOCATABLE)
                 self._spacer.record_call()
@@ -356,7 +370,7 @@ class KubeletReader:
         self._spacer.record_call()
         self._need.discard(name)
         if self._backoff.failures:
-            log.info("event=kubelet_reachable call=%s", name)
+            log.info("kubelet reachable", extra={"event": "kubelet_reachable", "call": name})
         self._backoff.reset()
         self.last_success = self._clock()
         self.last_success_at = time.time()
@@ -375,10 +389,13 @@ class KubeletReader:
         level = logging.WARNING if self._backoff.failures == 1 else logging.DEBUG
         log.log(
             level,
-            "event=kubelet_call_failed call=%s code=%s detail=%r retry_in=%.2fs failures=%d",
-            call,
-            code,
-            detail,
-            max(delay, self._spacer.gap),
-            self._backoff.failures,
+            "kubelet call failed",
+            extra={
+                "event": "kubelet_call_failed",
+                "call": call,
+                "code": code,
+                "detail": detail,
+                "retry_in": max(delay, self._spacer.gap),
+                "failures": self._backoff.failures,
+            },
         )

@@ -118,7 +118,7 @@ class MetricsServer:
                 self.wfile.write(body)
 
             def log_message(self, format: str, *args: Any) -> None:
-                log.debug("event=metrics_request " + format, *args)
+                log.debug(format, *args, extra={"event": "metrics_request"})
 
         return Handler
 
@@ -130,7 +130,11 @@ class MetricsServer:
             daemon=True,
         )
         self._thread.start()
-        log.info("event=metrics_listening address=%s:%d", *self._server.server_address[:2])
+        host, port = self._server.server_address[:2]
+        log.info(
+            "serving metrics",
+            extra={"event": "metrics_listening", "address": f"{host!s}:{port}"},
+        )
 
     def stop(self) -> None:
         if self._thread is not None:

@@ -130,7 +130,11 @@ class Pusher:
             self._update_pending_locked(stream)
         if streams:
             level = logging.DEBUG if why == "heartbeat" else logging.INFO
-            log.log(level, "event=resend reason=%s streams=%d", why, len(streams))
+            log.log(
+                level,
+                "sending streams again",
+                extra={"event": "resend", "reason": why, "streams": len(streams)},
+            )
 
     def _sleep(self, seconds: float) -> bool:
         """Wait, waking early on stop; True when stopping."""
@@ -162,7 +166,9 @@ class Pusher:
             except Exception as e:
                 # The client maps every answer to an outcome; this guards against the
                 # unforeseen, because a dead pusher would silently end all reporting.
-                log.exception("event=push_crashed stream=%s", snapshot.stream)
+                log.exception(
+                    "posting crashed", extra={"event": "push_crashed", "stream": snapshot.stream}
+                )
                 result = PushResult(Outcome.RETRY, None, f"{type(e).__name__}: {e}")
             delay = self._handle(snapshot, result)
             if delay and self._wait_after_failure(delay, result.outcome):
@@ -179,20 +185,26 @@ class Pusher:
                 self._refused[stream] = snapshot.key
                 self._update_pending_locked(stream)
                 log.error(
-                    "event=snapshot_refused stream=%s status=%s detail=%r "
-                    "(not sent again until the stream changes)",
-                    stream,
-                    result.status,
-                    result.detail,
+                    "snapshot refused; not sent again until the stream changes",
+                    extra={
+                        "event": "snapshot_refused",
+                        "stream": stream,
+                        "status": result.status,
+                        "detail": result.detail,
+                    },
                 )
                 return 0.0
             if result.outcome is Outcome.STALE:
                 boot_id = self._identity.resync()
                 log.warning(
-                    "event=stale_sequence stream=%s detail=%r action=resync new_boot_id=%s",
-                    stream,
-                    result.detail,
-                    boot_id,
+                    "sequence older than the service's; resyncing under a new boot ID",
+                    extra={
+                        "event": "stale_sequence",
+                        "stream": stream,
+                        "detail": result.detail,
+                        "action": "resync",
+                        "new_boot_id": boot_id,
+                    },
                 )
                 self._resend_locked(list(self._latest), "resync")
                 # The first 409 is retried at once under the new boot_id; a service that
@@ -204,13 +216,15 @@ class Pusher:
             if result.outcome is Outcome.UNAUTHORIZED:
                 if not self._auth_failing:
                     log.error(
-                        "event=unauthorized status=%s detail=%r server refused the token; "
-                        "check --token-file or DEVICEDECK_TOKEN, that the token has the "
-                        "ingest scope and writes this --node; retrying every %gs or when the "
-                        "token file changes",
-                        result.status,
-                        result.detail,
-                        self._auth_retry,
+                        "the service refused the token; check --token-file or "
+                        "DEVICEDECK_TOKEN, that the token has the ingest scope and writes this "
+                        "--node; retrying every retry_in seconds or when the token file changes",
+                        extra={
+                            "event": "unauthorized",
+                            "status": result.status,
+                            "detail": result.detail,
+                            "retry_in": self._auth_retry,
+                        },
                     )
                 self._auth_failing = True
                 return self._auth_retry
@@ -219,12 +233,15 @@ class Pusher:
             # A long outage logs its first failure and then every tenth, not every retry.
             log.log(
                 logging.WARNING if failures == 1 or failures % 10 == 0 else logging.DEBUG,
-                "event=push_failed stream=%s status=%s detail=%r retry_in=%.2fs failures=%d",
-                stream,
-                result.status,
-                result.detail,
-                delay,
-                failures,
+                "post failed; retrying",
+                extra={
+                    "event": "push_failed",
+                    "stream": stream,
+                    "status": result.status,
+                    "detail": result.detail,
+                    "retry_in": round(delay, 2),
+                    "failures": failures,
+                },
             )
             return delay
 
@@ -240,7 +257,10 @@ class Pusher:
             self._refused.pop(stream, None)
             self._update_pending_locked(stream)
             if self._failing:
-                log.info("event=service_reachable action=resend_all")
+                log.info(
+                    "the service accepts posts again; sending every stream",
+                    extra={"event": "service_reachable", "action": "resend_all"},
+                )
                 self._failing = False
                 self._auth_failing = False
                 self._backoff.reset()
@@ -261,6 +281,9 @@ class Pusher:
             if self._sleep(min(TOKEN_CHECK_SECONDS, left)):
                 return True
             if self._token_signature() != before:
-                log.info("event=token_changed action=retry")
+                log.info(
+                    "the token file changed; retrying",
+                    extra={"event": "token_changed", "action": "retry"},
+                )
                 return False
         return False

@@ -112,7 +112,7 @@ class ResourceTap:
                 streamed_for = self._connect_once()
             except Exception:
                 # The tap must outlive anything unforeseen; it retries after back-off.
-                log.exception("event=tap_error resource=%s", self.resource)
+                log.exception("tap error", extra={"event": "tap_error", "resource": self.resource})
                 streamed_for = 0.0
             if streamed_for >= STABLE_STREAM_SECONDS:
                 self._backoff.reset()
@@ -176,13 +176,23 @@ class ResourceTap:
                     self.socket = candidate.path
                     self._metrics.tap_connected.labels(self.resource).set(1)
                     log.info(
-                        "event=tap_connected resource=%s socket=%s method=%s",
-                        self.resource,
-                        candidate.path,
-                        candidate.method,
+                        "tap connected",
+                        extra={
+                            "event": "tap_connected",
+                            "resource": self.resource,
+                            "socket": candidate.path,
+                            "method": candidate.method,
+                        },
                     )
                 self._on_message(self.resource, devices, plugin)
-            log.info("event=tap_stream_ended resource=%s socket=%s", self.resource, candidate.path)
+            log.info(
+                "tap stream ended",
+                extra={
+                    "event": "tap_stream_ended",
+                    "resource": self.resource,
+                    "socket": candidate.path,
+                },
+            )
         except grpc.RpcError as e:
             code = e.code() if isinstance(e, grpc.Call) else None
             if not self._stopping:
@@ -190,10 +200,13 @@ class ResourceTap:
                 self._metrics.kubelet_errors.labels("ListAndWatch", name).inc()
                 log.log(
                     logging.WARNING if accepted else logging.DEBUG,
-                    "event=tap_failed resource=%s socket=%s code=%s",
-                    self.resource,
-                    candidate.path,
-                    name,
+                    "tap failed",
+                    extra={
+                        "event": "tap_failed",
+                        "resource": self.resource,
+                        "socket": candidate.path,
+                        "code": name,
+                    },
                 )
             if not accepted and code is grpc.StatusCode.UNIMPLEMENTED:
                 self._mismatch(candidate)  # not a device plugin
@@ -220,9 +233,13 @@ class ResourceTap:
             self._mismatched.clear()
         self._mismatched.add(identity)
         log.info(
-            "event=tap_socket_skipped resource=%s socket=%s reason=not_this_resource",
-            self.resource,
-            candidate.path,
+            "tap socket skipped",
+            extra={
+                "event": "tap_socket_skipped",
+                "resource": self.resource,
+                "socket": candidate.path,
+                "reason": "not_this_resource",
+            },
         )
 
     def _plugin_info(

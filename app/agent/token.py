@@ -38,7 +38,9 @@ class TokenSource:
     def _report(self, problem: str) -> None:
         # Logged once per distinct problem, not on every request.
         if problem != self._problem:
-            log.error("event=token_unreadable reason=%r (keeping the previous token)", problem)
+            log.error(
+                "keeping the previous token", extra={"event": "token_unreadable", "reason": problem}
+            )
             self._problem = problem
 
     def signature(self) -> Signature | None:
@@ -68,6 +70,6 @@ class TokenSource:
             self._signature = signature
             self._problem = None
             if self._token is not None and token != self._token:
-                log.info("event=token_reloaded path=%s", self.path)
+                log.info("token reloaded", extra={"event": "token_reloaded", "path": self.path})
             self._token = token
             return token

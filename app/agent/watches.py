@@ -50,7 +50,9 @@ class DirectoryWatches:
             try:
                 watcher.start()
             except OSError as e:
-                log.warning("event=watch_failed dir=%s error=%s", directory, e)
+                log.warning(
+                    "watch failed", extra={"event": "watch_failed", "dir": directory, "error": e}
+                )
                 continue
             self._active[name] = (watcher, identity)
             started = True

@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 from app.demo.topology import WORKLOAD_INTERVAL_SECONDS
+from app.logs import configure_logging_once
 
 DEFAULT_DATA_DIR = Path("devicedeck-data")
 
@@ -115,10 +116,7 @@ def run_demo_token(args: argparse.Namespace) -> int:
 def run_demo_workload(args: argparse.Namespace) -> int:
     from app.demo.workload import RemoteWorkload
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
+    configure_logging_once(args.log_level)
     try:
         workload = RemoteWorkload(args.root, seed=args.seed, interval_seconds=args.interval)
     except ValueError as e:
@@ -136,9 +134,11 @@ def run_demo_workload(args: argparse.Namespace) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     logging.getLogger(__name__).info(
-        "workload stopped created=%d deleted=%d rejected=%d",
-        workload.created,
-        workload.deleted,
-        workload.rejected,
+        "workload stopped",
+        extra={
+            "pods_created": workload.created,
+            "pods_deleted": workload.deleted,
+            "pods_rejected": workload.rejected,
+        },
     )
     return 0

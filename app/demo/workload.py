@@ -60,7 +60,7 @@ class RemoteWorkload:
             except ControlUnavailable as e:
                 # The kubelet may be starting or restarting; say so once, then keep trying.
                 if self._kubelet_seen:
-                    log.warning("kubelet unreachable; will retry reason=%s", e)
+                    log.warning("kubelet unreachable; will retry", extra={"reason": e})
                 self._kubelet_seen = False
 
     def _call(self, request: dict[str, Any]) -> Any:
@@ -93,7 +93,10 @@ class RemoteWorkload:
         except ControlUnavailable:
             raise
         except ControlError as e:
-            log.info("workload delete skipped pod=%s/%s reason=%s", namespace, name, e)
+            log.info(
+                "workload delete skipped",
+                extra={"namespace": namespace, "pod": name, "reason": e},
+            )
 
     def _create_pod(self, resources: list[str]) -> None:
         rng = self._random
@@ -108,7 +111,10 @@ class RemoteWorkload:
         requests = pod_requests(c["requests"] for c in containers)
         if requests and not self._leaves_reserve(requests):
             self.held_back += 1
-            log.info("workload pod held back pod=%s/%s reason=reserve", namespace, name)
+            log.info(
+                "workload pod held back",
+                extra={"namespace": namespace, "pod": name, "reason": "reserve"},
+            )
             return
         request = {"op": "pod.create", "namespace": namespace, "name": name}
         try:
@@ -118,7 +124,10 @@ class RemoteWorkload:
             raise
         except ControlError as e:
             self.rejected += 1
-            log.info("workload pod rejected pod=%s/%s reason=%s", namespace, name, e)
+            log.info(
+                "workload pod rejected",
+                extra={"namespace": namespace, "pod": name, "reason": e},
+            )
 
     def _leaves_reserve(self, requests: dict[str, int]) -> bool:
         status = self._call({"op": "node.status"})["resources"]

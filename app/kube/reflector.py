@@ -115,7 +115,7 @@ class Reflector:
                 if self.stop.is_set():
                     break
                 if e.gone:
-                    log.info("watch expired, relisting resource=%s reason=%s", self.name, e)
+                    log.info("watch expired, relisting", extra={"resource": self.name, "reason": e})
                     self.resource_version = ""
                     gone_in_a_row += 1
                     # Relist at once the first time; a server that keeps answering 410 to
@@ -133,7 +133,7 @@ class Reflector:
                 self.resource_version = ""
                 self._fail(backoff, status.BACKOFF, f"database error: {type(e).__name__}: {e}")
             except Exception as e:  # keep the thread alive on anything unforeseen; it is logged
-                log.exception("cluster watch failed resource=%s", self.name)
+                log.exception("cluster watch failed", extra={"resource": self.name})
                 self.resource_version = ""
                 self._fail(backoff, status.BACKOFF, f"unexpected error: {type(e).__name__}: {e}")
         self._report(status.STOPPED, force=True)
@@ -161,7 +161,7 @@ class Reflector:
             resource_version=version,
             retry_at=None,
         )
-        log.info("listed resource=%s items=%d version=%s", self.name, len(items), version)
+        log.info("listed", extra={"resource": self.name, "items": len(items), "version": version})
 
     def _watch(self) -> int:
         timeout = int(max(1, min(WATCH_TIMEOUT_MAX, self.next_resync - time.monotonic())))
@@ -206,11 +206,8 @@ class Reflector:
             retry_at=datetime.fromtimestamp(time.time() + delay, utcnow().tzinfo).isoformat(),
         )
         log.warning(
-            "cluster watch problem resource=%s state=%s retry_in=%.1fs message=%s",
-            self.name,
-            state,
-            delay,
-            message,
+            "cluster watch problem",
+            extra={"resource": self.name, "state": state, "retry_in": delay, "detail": message},
         )
         self._report(state, message, force=True)
         self.stop.wait(delay)
@@ -227,7 +224,7 @@ class Reflector:
             with write_session(self.factory) as session:
                 status.write_status(session, self.name, dict(self._status), utcnow())
         except SQLAlchemyError as e:
-            log.warning("cannot write watch status resource=%s error=%s", self.name, e)
+            log.warning("cannot write watch status", extra={"resource": self.name, "error": e})
             return
         self._status_written = now
 

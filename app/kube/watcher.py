@@ -66,7 +66,9 @@ class ClusterWatcher:
         for thread in self.threads:
             thread.join(timeout=deadline)
             if thread.is_alive():
-                log.warning("cluster watch thread did not stop in time name=%s", thread.name)
+                log.warning(
+                    "cluster watch thread did not stop in time", extra={"thread_name": thread.name}
+                )
 
     def _join_loop(self) -> None:
         while not self.stop_event.wait(JOIN_EVERY):
@@ -74,7 +76,7 @@ class ClusterWatcher:
                 with write_session(self.factory) as session:
                     pod_sync.join_allocations(session)
             except SQLAlchemyError as e:
-                log.warning("joining allocations to pods failed; will retry error=%s", e)
+                log.warning("joining allocations to pods failed; will retry", extra={"error": e})
 
 
 async def run_watcher(watcher: ClusterWatcher) -> None:
@@ -103,7 +105,7 @@ def start_cluster_integration(app: FastAPI, tasks: BackgroundTasks) -> None:
     app.state.service_account_reviewer = ServiceAccountReviewer(
         api, parse_service_accounts(settings.agent_service_accounts)
     )
-    log.info("cluster integration started mode=%s host=%s", settings.kube.value, api.host)
+    log.info("cluster integration started", extra={"mode": settings.kube.value, "host": api.host})
     # With cluster access the replicas elect their leader with a Lease, not the database.
     tasks.elect_with(
         LeaseElection(api, lease_namespace(settings), settings.leader_lease_name, holder_identity())

@@ -315,4 +315,7 @@ def write_checkpoint(
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    log.debug("event=checkpoint_written path=%s bytes=%d", target, len(payload))
+    log.debug(
+        "checkpoint written",
+        extra={"event": "checkpoint_written", "path": target, "bytes": len(payload)},
+    )

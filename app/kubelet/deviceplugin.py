@@ -130,7 +130,10 @@ class DevicePluginServer:
         if self.kubelet_socket_path.exists():
             self.register()
         else:
-            log.info("event=waiting_for_kubelet socket=%s", self.kubelet_socket_path)
+            log.info(
+                "waiting for kubelet",
+                extra={"event": "waiting_for_kubelet", "socket": self.kubelet_socket_path},
+            )
 
     def stop(self, grace: float = 1.0) -> None:
         """End every stream, stop serving, remove our socket and stop the watcher."""
@@ -144,7 +147,9 @@ class DevicePluginServer:
             self._watcher = None
         self.streams.close()
         self._stop_server(grace)
-        log.info("event=plugin_stopped resource=%s", self.resource_name)
+        log.info(
+            "plugin stopped", extra={"event": "plugin_stopped", "resource": self.resource_name}
+        )
 
     def __enter__(self) -> DevicePluginServer:
         self.start()
@@ -176,7 +181,10 @@ class DevicePluginServer:
         server.start()
         self._server, self._executor = server, executor
         self._socket_inode = self.socket_path.stat().st_ino
-        log.info("event=serving resource=%s socket=%s", self.resource_name, self.socket_path)
+        log.info(
+            "serving",
+            extra={"event": "serving", "resource": self.resource_name, "socket": self.socket_path},
+        )
 
     def _stop_server(self, grace: float) -> None:
         self.streams.end_streams()
@@ -205,13 +213,19 @@ class DevicePluginServer:
         # really gone (a new kubelet cleaned the directory) means serving again, and the
         # kubelet must be told of the new socket.
         if self.socket_name in removed and not self._own_socket_present():
-            log.info("event=socket_removed socket=%s action=reserve", self.socket_path)
+            log.info(
+                "socket removed",
+                extra={"event": "socket_removed", "socket": self.socket_path, "action": "reserve"},
+            )
             self._stop_server(grace=0)
             self._serve()
             if self.kubelet_socket_path.exists():
                 self.register()
         elif KUBELET_SOCKET_NAME in created and self.kubelet_socket_path.exists():
-            log.info("event=kubelet_socket_created socket=%s", self.kubelet_socket_path)
+            log.info(
+                "kubelet socket created",
+                extra={"event": "kubelet_socket_created", "socket": self.kubelet_socket_path},
+            )
             # The report of a kubelet.sock comes late when the plugin registered with it in
             # between (re-serving its own socket, or starting).
             self.register(unless_registered=True)
@@ -250,10 +264,13 @@ class DevicePluginServer:
         except grpc.RpcError as e:
             code = e.code() if isinstance(e, grpc.Call) else None
             log.warning(
-                "event=register_failed resource=%s kubelet_socket=%s code=%s",
-                self.resource_name,
-                self.kubelet_socket_path,
-                code,
+                "register failed",
+                extra={
+                    "event": "register_failed",
+                    "resource": self.resource_name,
+                    "kubelet_socket": self.kubelet_socket_path,
+                    "code": code,
+                },
             )
             return False
         finally:
@@ -265,10 +282,13 @@ class DevicePluginServer:
             self._registered_with = kubelet
             self._changed.notify_all()
         log.info(
-            "event=registered resource=%s endpoint=%s count=%d",
-            self.resource_name,
-            self.socket_name,
-            self._registrations,
+            "registered",
+            extra={
+                "event": "registered",
+                "resource": self.resource_name,
+                "endpoint": self.socket_name,
+                "count": self._registrations,
+            },
         )
         return True
 
@@ -314,7 +334,10 @@ class DevicePluginServer:
             if current.health == health:
                 return
             self._devices[device_id] = replace(current, health=health)
-            log.info("event=health_changed device=%s health=%s", device_id, health)
+            log.info(
+                "health changed",
+                extra={"event": "health_changed", "device": device_id, "health": health},
+            )
             self._publish_locked()
 
     def add_device(self, device: PluginDevice) -> None:
@@ -323,14 +346,14 @@ class DevicePluginServer:
                 raise ValueError(f"device {device.id!r} already exists")
             self._check_device(device)
             self._devices[device.id] = device
-            log.info("event=device_added device=%s", device.id)
+            log.info("device added", extra={"event": "device_added", "device": device.id})
             self._publish_locked()
 
     def remove_device(self, device_id: str) -> PluginDevice:
         with self._lock:
             device = self._known_locked(device_id)
             del self._devices[device_id]
-            log.info("event=device_removed device=%s", device_id)
+            log.info("device removed", extra={"event": "device_removed", "device": device_id})
             self._publish_locked()
             return device
 

@@ -160,9 +160,12 @@ class DevicePluginServicer(deviceplugin_pb2_grpc.DevicePluginServicer):
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
             response.container_responses.append(container)
             log.info(
-                "event=allocated resource=%s devices=%s",
-                self._plugin.resource_name,
-                ",".join(device_ids),
+                "allocated",
+                extra={
+                    "event": "allocated",
+                    "resource": self._plugin.resource_name,
+                    "devices": ",".join(device_ids),
+                },
             )
         return response
 

@@ -91,7 +91,10 @@ class PodResourcesClient:
         except grpc.RpcError as e:
             code = e.code() if isinstance(e, grpc.Call) else None
             details = e.details() if isinstance(e, grpc.Call) else str(e)
-            log.debug("event=podresources_error rpc=%s code=%s details=%s", rpc, code, details)
+            log.debug(
+                "podresources error",
+                extra={"event": "podresources_error", "rpc": rpc, "code": code, "details": details},
+            )
             name = code.name if code is not None else "UNKNOWN"
             raise PodResourcesError(f"{rpc} failed: {name}: {details}", code) from e
 

@@ -95,9 +95,15 @@ class DirectoryWatcher:
                 except Exception:
                     # The watcher must outlive a failing handler, or the plugin would
                     # silently stop re-registering after a kubelet restart.
-                    log.exception("event=watch_callback_failed dir=%s", self.directory)
+                    log.exception(
+                        "watch callback failed",
+                        extra={"event": "watch_callback_failed", "dir": self.directory},
+                    )
             if gone:
-                log.warning("event=watched_dir_removed dir=%s", self.directory)
+                log.warning(
+                    "watched dir removed",
+                    extra={"event": "watched_dir_removed", "dir": self.directory},
+                )
                 return
 
 

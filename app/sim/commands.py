@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.kubelet.paths import dra_plugin_socket
+from app.logs import configure_logging_once
 from app.signals import stop_on_signals, wait_for_stop
 from app.sim import ctl
 from app.sim.apiserver import commands as apiserver_commands
@@ -147,10 +148,7 @@ def _plugin_spec(text: str) -> PluginSpec:
 
 
 def _configure_logging(level: str) -> None:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
+    configure_logging_once(level)
 
 
 def _run_until_signal(start: Callable[[], None], stop: Callable[[], None]) -> int:
@@ -159,7 +157,7 @@ def _run_until_signal(start: Callable[[], None], stop: Callable[[], None]) -> in
             try:
                 start()
             except (OSError, RuntimeError, ValueError) as e:
-                log.error("start failed reason=%s", e)
+                log.error("start failed", extra={"reason": e})
                 return 1
             wait_for_stop(stop_requested)
             return 0
@@ -174,7 +172,7 @@ def run_kubelet(args: argparse.Namespace) -> int:
             args.root, grace_seconds=args.grace, node_name=args.node, **_cluster_options(args)
         )
     except ValueError as e:
-        log.error("invalid arguments reason=%s", e)
+        log.error("invalid arguments", extra={"reason": e})
         return 2
     return _run_until_signal(kubelet.start, kubelet.stop)
 
@@ -194,7 +192,7 @@ def run_node(args: argparse.Namespace) -> int:
             **_cluster_options(args),
         )
     except ValueError as e:
-        log.error("invalid arguments reason=%s", e)
+        log.error("invalid arguments", extra={"reason": e})
         return 2
     return _run_until_signal(node.start, node.stop)
 
@@ -202,7 +200,7 @@ def run_node(args: argparse.Namespace) -> int:
 def run_dra_driver(args: argparse.Namespace) -> int:
     _configure_logging(args.log_level)
     if not 2 <= args.devices <= 64:
-        log.error("invalid arguments reason=--devices must be from 2 to 64")
+        log.error("invalid arguments", extra={"reason": "--devices must be from 2 to 64"})
         return 2
     if args.kubeconfig is None and args.root is None:
         log.error("invalid arguments reason=give --kubeconfig, --root or both")
@@ -222,7 +220,7 @@ def run_dra_driver(args: argparse.Namespace) -> int:
             control = ControlServer(dra_control_socket_path(args.root), control_dispatch(health))
             parts += [health, control]
     except ValueError as e:
-        log.error("invalid arguments reason=%s", e)
+        log.error("invalid arguments", extra={"reason": e})
         return 2
 
     def start() -> None:

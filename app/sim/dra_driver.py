@@ -238,7 +238,7 @@ class SimDraDriver:
                 wait = self.interval
             except KubeClientError as e:
                 # The API server is not up yet, or restarting: try again soon.
-                log.info("DRA objects not written yet error=%s", e)
+                log.info("DRA objects not written yet", extra={"error": e})
                 wait = min(self.interval, 2.0)
             self._stop.wait(wait)
 

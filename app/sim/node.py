@@ -139,10 +139,12 @@ class SimNode:
             self.stop()
             raise
         log.info(
-            "sim-node started root=%s plugins=%s workload=%s",
-            self.root,
-            ",".join(self.plugins),
-            self.workload is not None,
+            "sim-node started",
+            extra={
+                "root": self.root,
+                "plugins": ",".join(self.plugins),
+                "workload": self.workload is not None,
+            },
         )
 
     def stop(self) -> None:
@@ -154,7 +156,7 @@ class SimNode:
         for plugin in reversed(self._started):
             plugin.stop()
         self._started.clear()
-        log.info("sim-node stopped root=%s", self.root)
+        log.info("sim-node stopped", extra={"root": self.root})
 
     def __enter__(self) -> SimNode:
         self.start()

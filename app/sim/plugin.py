@@ -263,10 +263,13 @@ class HealthDriver:
         except (KeyError, ValueError) as e:
             # A script naming a device that is absent right now is not fatal.
             log.warning(
-                "event=health_script_skipped device=%s action=%s reason=%s",
-                event.device,
-                event.action,
-                e,
+                "health script skipped",
+                extra={
+                    "event": "health_script_skipped",
+                    "device": event.device,
+                    "action": event.action,
+                    "reason": e,
+                },
             )
 
     def _next_flap_delay(self) -> float:
@@ -283,7 +286,7 @@ class HealthDriver:
             self._plugin.set_health(device.id, health)
         except KeyError:
             # Unplugged by another caller since devices() was read; skip this flap.
-            log.debug("event=flap_skipped device=%s", device.id)
+            log.debug("flap skipped", extra={"event": "flap_skipped", "device": device.id})
 
     def _run(self) -> None:
         started = time.monotonic()

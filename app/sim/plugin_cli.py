@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from app.logs import configure_logging_once
 from app.signals import stop_on_signals, wait_for_stop
 from app.sim.plugin import (
     DEFAULT_NODE_NAME,
@@ -68,10 +69,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
+    configure_logging_once(args.log_level)
     events: list[HealthEvent] = []
     try:
         if args.health_script is not None:
@@ -91,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             plugin, events=events, flap_interval=args.flap_interval, seed=args.seed
         )
     except (OSError, ValueError) as e:
-        log.error("event=sim_plugin_invalid reason=%s", e)
+        log.error("sim plugin invalid", extra={"event": "sim_plugin_invalid", "reason": e})
         return 2
 
     with stop_on_signals() as stop_requested:
@@ -99,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 plugin.start()
             except (OSError, RuntimeError) as e:
-                log.error("event=sim_plugin_failed reason=%s", e)
+                log.error("sim plugin failed", extra={"event": "sim_plugin_failed", "reason": e})
                 return 1
             driver.start()
             wait_for_stop(stop_requested)

@@ -104,7 +104,7 @@ class Workload:
                 self.step()
             except Exception:
                 # One odd step (a plugin going away mid-call) must not end the demo.
-                log.exception("workload step failed step=%d", self._step)
+                log.exception("workload step failed", extra={"step": self._step})
 
     def _owned_pods(self) -> list[tuple[str, str]]:
         return [
@@ -128,7 +128,10 @@ class Workload:
                 self._kubelet.delete_pod(namespace, name)
                 self.deleted += 1
             except AdmissionError as e:
-                log.info("workload delete skipped pod=%s/%s reason=%s", namespace, name, e)
+                log.info(
+                    "workload delete skipped",
+                    extra={"namespace": namespace, "pod": name, "reason": e},
+                )
 
     def _create_pod(self) -> None:
         rng = self._random
@@ -148,14 +151,20 @@ class Workload:
         free = {r: len(manager.free_healthy_devices(r)) for r in requests}
         if not leaves_reserve(requests, free, manager.capacity()):
             self.held_back += 1
-            log.info("workload pod held back pod=%s/%s reason=reserve", namespace, name)
+            log.info(
+                "workload pod held back",
+                extra={"namespace": namespace, "pod": name, "reason": "reserve"},
+            )
             return
         try:
             self._kubelet.create_pod(namespace, name, containers)
             self.created += 1
         except AdmissionError as e:
             self.rejected += 1
-            log.info("workload pod rejected pod=%s/%s reason=%s", namespace, name, e)
+            log.info(
+                "workload pod rejected",
+                extra={"namespace": namespace, "pod": name, "reason": e},
+            )
 
     def _flap(self) -> None:
         rng = self._random
@@ -170,7 +179,8 @@ class Workload:
         device_id = rng.choice(healthy)
         due = self._step + rng.randint(2, 5)
         log.info(
-            "workload device flap resource=%s device=%s until_step=%d", resource, device_id, due
+            "workload device flap",
+            extra={"resource": resource, "device": device_id, "until_step": due},
         )
         plugin.set_health(device_id, UNHEALTHY)
         self._await_kubelet_view(resource, device_id, UNHEALTHY)
@@ -186,7 +196,8 @@ class Workload:
 
         if not manager.wait_for(seen, timeout=KUBELET_VIEW_TIMEOUT_SECONDS):
             log.warning(
-                "workload flap not seen by kubelet resource=%s device=%s", resource, device_id
+                "workload flap not seen by kubelet",
+                extra={"resource": resource, "device": device_id},
             )
 
     def _recover_due(self) -> None:

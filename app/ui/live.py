@@ -147,7 +147,7 @@ async def _listen(conninfo: str, wake: asyncio.Event) -> None:
             raise
         except Exception as e:
             delay = backoff.next_delay()
-            log.warning("event listener lost its connection error=%r retry_in=%.1fs", e, delay)
+            log.warning("event listener lost its connection", extra={"error": e, "retry_in": delay})
             await asyncio.sleep(delay)
 
 

@@ -211,10 +211,12 @@ def install_error_handlers(app: FastAPI) -> None:
         # The database is down, restarting, or gave up on this transaction: nothing was
         # changed, and the same request may well succeed when sent again.
         log.warning(
-            "database error method=%s path=%s error=%s",
-            request.method,
-            request.url.path,
-            type(exc.orig).__name__,
+            "database error",
+            extra={
+                "method": request.method,
+                "path": request.url.path,
+                "error": type(exc.orig).__name__,
+            },
         )
         return _unavailable(request)
 
@@ -223,11 +225,12 @@ def install_error_handlers(app: FastAPI) -> None:
         # More requests at once than the service has database connections for, for longer
         # than the pool waits: an overload, which the same request sent later gets past.
         log.warning(
-            "no free database connection method=%s path=%s", request.method, request.url.path
+            "no free database connection",
+            extra={"method": request.method, "path": request.url.path},
         )
         return _unavailable(request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error method=%s path=%s", request.method, request.url.path)
+        log.exception("unhandled error", extra={"method": request.method, "path": request.url.path})
         return error_response(500, "internal_error", "internal error; see the service log")

@@ -1,8 +1,10 @@
 """Every request counted and timed by its route template (`/api/v1/devices/{id}`, never the
-raw path, so a scan of made-up URLs cannot grow the metrics without bound)."""
+raw path, so a scan of made-up URLs cannot grow the metrics without bound), and written to the
+access log with who asked: the token's or user's name, never the token."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 
@@ -12,7 +14,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.metrics import ServiceMetrics
 
+access_log = logging.getLogger("app.access")
+
 UNMATCHED = "unmatched"
+# Where the principal check leaves the caller's name, in the request's state.
+PRINCIPAL_KEY = "principal_name"
 # The dashboard's route for every path no other route has (app/ui/routes/missing.py).
 CATCH_ALL = "/{path}"
 EVENT_STREAM = b"text/event-stream"
@@ -67,9 +73,10 @@ def _patterns(
 class RequestObserver:
     """Outermost middleware: sees every answer, including those of the other middleware."""
 
-    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics, access: bool = True) -> None:
         self.app = app
         self.metrics = metrics
+        self.access = access
         self.templates = RouteTemplates()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -92,10 +99,21 @@ class RequestObserver:
         try:
             await self.app(scope, receive, observe)
         finally:
+            elapsed = time.perf_counter() - started
             route = self.templates.of(scope)
             method = scope["method"]
             self.metrics.http_requests.labels(route, method, str(status)).inc()
             if not streamed:
-                self.metrics.http_seconds.labels(route, method).observe(
-                    time.perf_counter() - started
+                self.metrics.http_seconds.labels(route, method).observe(elapsed)
+            if self.access and access_log.isEnabledFor(logging.INFO):
+                access_log.info(
+                    "request",
+                    extra={
+                        "event": "request",
+                        "method": method,
+                        "route": route,
+                        "status": status,
+                        "duration_ms": round(elapsed * 1000, 1),
+                        "principal": scope.get("state", {}).get(PRINCIPAL_KEY),
+                    },
                 )

@@ -25,6 +25,7 @@ from app.kube.service_accounts import (
     ReviewUnavailable,
     ServiceAccountReviewer,
 )
+from app.web.observe import PRINCIPAL_KEY
 from app.web.state import service_state
 
 SESSION_COOKIE = "devicedeck_token"
@@ -83,6 +84,13 @@ def token_cache(request: Request) -> TokenCache:
 
 
 async def current_principal(request: Request) -> Principal:
+    principal = await _identify(request)
+    # For the access log (app/web/observe.py): the name only, never the token.
+    request.scope.setdefault("state", {})[PRINCIPAL_KEY] = principal.name
+    return principal
+
+
+async def _identify(request: Request) -> Principal:
     token = presented_token(request)
     if token is None:
         if service_state(request.app).settings.auth is AuthMode.OFF:

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from app.logs import configure_logging_once
 from app.signals import stop_on_signals, wait_for_stop
 
 log = logging.getLogger(__name__)
@@ -49,18 +50,15 @@ def register(subparsers: Any) -> None:
 def run_apiserver(args: argparse.Namespace) -> int:
     from app.sim.apiserver.server import SimApiServer
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
+    configure_logging_once(args.log_level)
     if not 0 <= args.port < 65536:
-        log.error("invalid arguments reason=--port must be between 0 and 65535")
+        log.error("invalid arguments", extra={"reason": "--port must be between 0 and 65535"})
         return 2
     try:
         args.data_dir.mkdir(parents=True, exist_ok=True)
         server = SimApiServer(args.data_dir, args.host, args.port)
     except (OSError, ValueError) as e:
-        log.error("start failed reason=%s", e)
+        log.error("start failed", extra={"reason": e})
         return 1
     kubeconfig = args.kubeconfig_out or args.data_dir / KUBECONFIG_NAME
     with stop_on_signals() as stop_requested:
@@ -68,7 +66,8 @@ def run_apiserver(args: argparse.Namespace) -> int:
         try:
             server.write_kubeconfig(kubeconfig, args.server_url)
             log.info(
-                "kubeconfig written path=%s server=%s", kubeconfig, args.server_url or server.url
+                "kubeconfig written",
+                extra={"path": kubeconfig, "server": args.server_url or server.url},
             )
             wait_for_stop(stop_requested)
         finally:

@@ -108,7 +108,7 @@ class SimApiServer:
 
     def start(self) -> SimApiServer:
         self.thread.start()
-        log.info("sim-apiserver serving url=%s data_dir=%s", self.url, self.store.data_dir)
+        log.info("sim-apiserver serving", extra={"url": self.url, "data_dir": self.store.data_dir})
         return self
 
     def stop(self) -> None:

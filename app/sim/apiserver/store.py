@@ -106,7 +106,7 @@ class Store:
             if plural in self.objects:
                 self.objects[plural] = dict(objects)
         self.oldest_watchable = self.resource_version
-        log.info("state restored path=%s resource_version=%d", path, self.resource_version)
+        log.info("state restored", extra={"path": path, "resource_version": self.resource_version})
 
     def _save(self) -> None:
         path = self.state_file

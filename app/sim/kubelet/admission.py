@@ -92,7 +92,7 @@ class PodAdmitter:
                 raise
             finally:
                 self._admitting.discard(pod.uid)
-        log.info("pod admitted pod=%s uid=%s", pod.key, pod.uid)
+        log.info("pod admitted", extra={"pod": pod.key, "uid": pod.uid})
         return pod
 
     def delete_pod(self, namespace: str, name: str) -> Pod:
@@ -103,7 +103,7 @@ class PodAdmitter:
             if pod is None:
                 raise AdmissionError(f"pod {namespace}/{name} not found")
             self._pods.remove(pod.uid)
-        log.info("pod deleted pod=%s uid=%s", pod.key, pod.uid)
+        log.info("pod deleted", extra={"pod": pod.key, "uid": pod.uid})
         return pod
 
     def _allocate_pod(self, pod: Pod) -> None:
@@ -113,7 +113,7 @@ class PodAdmitter:
                     self._allocate(pod, container.name, resource, count)
                 except (AdmissionError, EndpointError) as e:
                     reason = f"pod {pod.key} rejected: container {container.name}: {e}"
-                    log.warning("pod admission failed pod=%s reason=%s", pod.key, e)
+                    log.warning("pod admission failed", extra={"pod": pod.key, "reason": e})
                     raise AdmissionError(reason) from e
         # Containers would start now; plugins that asked for it hear about each one first.
         assignments = self._manager.assignments(pod.uid)
@@ -157,9 +157,8 @@ class PodAdmitter:
             chosen = [i for i in dict.fromkeys(preferred) if i in by_id][:count]
             if len(chosen) != len(preferred):
                 log.warning(
-                    "preferred allocation ignored partly resource=%s preferred=%s",
-                    resource,
-                    preferred,
+                    "preferred allocation ignored partly",
+                    extra={"resource": resource, "preferred": preferred},
                 )
         chosen += [i for i in sorted(by_id) if i not in chosen][: count - len(chosen)]
         response = endpoint.allocate(chosen)
@@ -170,11 +169,13 @@ class PodAdmitter:
         )
         self._manager.record_assignment(pod.uid, container, assignment)
         log.info(
-            "devices allocated pod=%s container=%s resource=%s devices=%s",
-            pod.key,
-            container,
-            resource,
-            ",".join(chosen),
+            "devices allocated",
+            extra={
+                "pod": pod.key,
+                "container": container,
+                "resource": resource,
+                "devices": ",".join(chosen),
+            },
         )
 
 

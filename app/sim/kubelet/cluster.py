@@ -153,10 +153,8 @@ class ClusterMember:
                 delay = self._check_seconds
             except KubeClientError as e:
                 log.warning(
-                    "node status not written node=%s retry_in=%.1fs error=%s",
-                    self.node_name,
-                    delay,
-                    e,
+                    "node status not written",
+                    extra={"node": self.node_name, "retry_in": delay, "error": e},
                 )
                 self._registered = self._registered and e.code != 404
                 self._sent = None
@@ -198,7 +196,7 @@ class ClusterMember:
         }
         try:
             self.client.create_node(node)
-            log.info("node registered node=%s", self.node_name)
+            log.info("node registered", extra={"node": self.node_name})
         except KubeClientError as e:
             if e.reason != "AlreadyExists":
                 raise
@@ -256,7 +254,7 @@ class ClusterMember:
         try:
             self.client.patch_pod_status(namespace, name, running_status(pod))
         except KubeClientError as e:
-            log.warning("pod status not written pod=%s error=%s", pod.key, e)
+            log.warning("pod status not written", extra={"pod": pod.key, "error": e})
         return pod
 
     def pod_gone(self, pod: Pod) -> None:
@@ -266,7 +264,10 @@ class ClusterMember:
         try:
             self.client.delete_pod(namespace, name, uid)
         except KubeClientError as e:
-            log.warning("pod object not deleted pod=%s/%s error=%s", namespace, name, e)
+            log.warning(
+                "pod object not deleted",
+                extra={"namespace": namespace, "pod": name, "error": e},
+            )
 
     def _remove_orphans(self) -> None:
         with self._pods_lock:
@@ -276,8 +277,7 @@ class ClusterMember:
                 ours = (metadata.get("labels") or {}).get(SIM_LABEL) == "true"
                 if ours and metadata.get("uid") not in running:
                     log.info(
-                        "orphaned pod object deleted pod=%s/%s",
-                        metadata["namespace"],
-                        metadata["name"],
+                        "orphaned pod object deleted",
+                        extra={"namespace": metadata["namespace"], "pod": metadata["name"]},
                     )
                     self._delete(metadata["namespace"], metadata["name"], metadata["uid"])

@@ -74,13 +74,13 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
         except OSError as e:
-            log.warning("control request unreadable error=%s", e)
+            log.warning("control request unreadable", extra={"error": e})
             return
         response = self._answer(line)
         try:
             self.wfile.write(json.dumps(response, sort_keys=True).encode() + b"\n")
         except OSError as e:
-            log.warning("control response not delivered error=%s", e)
+            log.warning("control response not delivered", extra={"error": e})
 
     def _answer(self, line: bytes) -> dict[str, Any]:
         if len(line) > MAX_REQUEST_BYTES:
@@ -96,7 +96,7 @@ class _Handler(socketserver.StreamRequestHandler):
         except ControlError as e:
             return {"ok": False, "error": str(e)}
         except Exception as e:
-            log.exception("control request failed op=%s", request.get("op"))
+            log.exception("control request failed", extra={"op": request.get("op")})
             return {"ok": False, "error": f"internal error: {e}"}
 
 
@@ -128,7 +128,7 @@ class ControlServer:
             daemon=True,
         )
         self._thread.start()
-        log.info("control interface listening socket=%s", self.socket_path)
+        log.info("control interface listening", extra={"socket": self.socket_path})
 
     def stop(self) -> None:
         if self._server is None:

@@ -144,7 +144,10 @@ class DeviceManager:
             state.stopped_at = None
             self._dropped.discard(endpoint.resource)
             self.changed.notify_all()
-        log.info("plugin registered resource=%s socket=%s", endpoint.resource, endpoint.socket_path)
+        log.info(
+            "plugin registered",
+            extra={"resource": endpoint.resource, "socket": endpoint.socket_path},
+        )
         return previous
 
     def current_endpoint(self, resource: str) -> PluginEndpoint | None:
@@ -166,10 +169,12 @@ class DeviceManager:
             state.devices = {d.ID: DeviceInfo.from_proto(d) for d in devices}
             healthy = sum(1 for d in state.devices.values() if d.healthy)
             log.info(
-                "devices updated resource=%s capacity=%d allocatable=%d",
-                endpoint.resource,
-                len(state.devices),
-                healthy,
+                "devices updated",
+                extra={
+                    "resource": endpoint.resource,
+                    "capacity": len(state.devices),
+                    "allocatable": healthy,
+                },
             )
             self._save_locked()
             self.changed.notify_all()
@@ -184,10 +189,12 @@ class DeviceManager:
                 i: DeviceInfo(i, UNHEALTHY, d.numa_nodes) for i, d in state.devices.items()
             }
             log.info(
-                "plugin stream ended resource=%s devices=%d grace_seconds=%g",
-                endpoint.resource,
-                len(state.devices),
-                self._grace,
+                "plugin stream ended",
+                extra={
+                    "resource": endpoint.resource,
+                    "devices": len(state.devices),
+                    "grace_seconds": self._grace,
+                },
             )
             self._save_locked()
             self.changed.notify_all()
@@ -204,7 +211,7 @@ class DeviceManager:
             for name in expired:
                 del self._resources[name]
                 self._dropped.add(name)
-                log.info("resource dropped after grace resource=%s", name)
+                log.info("resource dropped after grace", extra={"resource": name})
             if expired:
                 self._save_locked()
                 self.changed.notify_all()
@@ -256,7 +263,7 @@ class DeviceManager:
         with self._lock:
             for uid in set(self._pod_devices) - active_uids:
                 del self._pod_devices[uid]
-                log.info("pod devices released pod_uid=%s", uid)
+                log.info("pod devices released", extra={"pod_uid": uid})
 
     def free_healthy_devices(self, resource: str) -> list[DeviceInfo]:
         with self._lock:
@@ -323,4 +330,4 @@ class DeviceManager:
             self._write_checkpoint(self.checkpoint_state())
         except OSError as e:
             # The kubelet logs and carries on when the checkpoint cannot be written.
-            log.error("checkpoint write failed error=%s", e)
+            log.error("checkpoint write failed", extra={"error": e})

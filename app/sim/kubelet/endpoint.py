@@ -118,10 +118,13 @@ class PluginEndpoint:
                 call.cancel()
             for response in call:
                 listener.devices_updated(self, list(response.devices))
-            log.info("list-and-watch ended resource=%s reason=eof", self.resource)
+            log.info("list-and-watch ended", extra={"resource": self.resource, "reason": "eof"})
         except grpc.RpcError as e:
             if not self.stopped:
-                log.info("list-and-watch ended resource=%s reason=%s", self.resource, _describe(e))
+                log.info(
+                    "list-and-watch ended",
+                    extra={"resource": self.resource, "reason": _describe(e)},
+                )
         finally:
             with self._lock:
                 self._stopping = True

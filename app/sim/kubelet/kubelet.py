@@ -166,7 +166,7 @@ class SimKubelet:
         except BaseException:
             self.stop()
             raise
-        log.info("sim-kubelet started root=%s", self.paths.root)
+        log.info("sim-kubelet started", extra={"root": self.paths.root})
 
     def stop(self) -> None:
         if not self._started:
@@ -189,7 +189,7 @@ class SimKubelet:
         if self._housekeeping is not None:
             self._housekeeping.join()
             self._housekeeping = None
-        log.info("sim-kubelet stopped root=%s", self.paths.root)
+        log.info("sim-kubelet stopped", extra={"root": self.paths.root})
 
     def __enter__(self) -> SimKubelet:
         self.start()
@@ -222,7 +222,7 @@ class SimKubelet:
             raise RuntimeError(f"cannot listen on {socket_path}") from e
         server.start()
         self._servers.append((server, executor))
-        log.info("serving socket=%s", socket_path)
+        log.info("serving", extra={"socket": socket_path})
 
     def _restore(self) -> None:
         pods = self.pods.load()
@@ -231,14 +231,18 @@ class SimKubelet:
                 checkpoint = read_checkpoint(self.paths.checkpoint)
             except CheckpointError as e:
                 # The kubelet carries on without the old allocation state in this case.
-                log.warning("checkpoint not restored path=%s error=%s", self.paths.checkpoint, e)
+                log.warning(
+                    "checkpoint not restored", extra={"path": self.paths.checkpoint, "error": e}
+                )
             else:
                 self.manager.restore(checkpoint)
                 log.info(
-                    "checkpoint restored entries=%d resources=%d pods=%d",
-                    len(checkpoint.entries),
-                    len(checkpoint.registered_devices),
-                    len(pods),
+                    "checkpoint restored",
+                    extra={
+                        "entries": len(checkpoint.entries),
+                        "resources": len(checkpoint.registered_devices),
+                        "pods": len(pods),
+                    },
                 )
 
     def _write_checkpoint(self, state: CheckpointState) -> None:

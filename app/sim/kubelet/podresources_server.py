@@ -69,7 +69,7 @@ class RateLimitInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         if self._bucket.allow():
             return continuation(details)
-        log.debug("podresources call rate limited method=%s", details.method)
+        log.debug("podresources call rate limited", extra={"method": details.method})
         return self._refusal
 
 

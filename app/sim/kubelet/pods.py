@@ -144,7 +144,7 @@ class PodStore:
             return []
         except (OSError, ValueError) as e:
             # A damaged state file must not stop the kubelet; pods are simply forgotten.
-            log.warning("pod state unreadable path=%s error=%s", self._path, e)
+            log.warning("pod state unreadable", extra={"path": self._path, "error": e})
             return []
         pods: list[Pod] = []
         for entry in raw.get("pods", []) if isinstance(raw, dict) else []:
@@ -157,7 +157,7 @@ class PodStore:
                     containers=containers,
                 )
             except (KeyError, TypeError, PodSpecError) as e:
-                log.warning("pod state entry skipped path=%s error=%s", self._path, e)
+                log.warning("pod state entry skipped", extra={"path": self._path, "error": e})
                 continue
             pods.append(pod)
         with self._lock:

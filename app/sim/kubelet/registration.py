@@ -68,7 +68,9 @@ class PluginRegistrar:
             raise RegistrationError(f"cannot connect to device plugin for {resource}: {e}") from e
         previous = self._manager.set_endpoint(endpoint)
         if previous is not None:
-            log.info("plugin replaced resource=%s old_socket=%s", resource, previous.socket_path)
+            log.info(
+                "plugin replaced", extra={"resource": resource, "old_socket": previous.socket_path}
+            )
             previous.stop()
         endpoint.start(self._manager)
         return endpoint
@@ -77,7 +79,8 @@ class PluginRegistrar:
         """Stop a plugin's endpoint; if it is still the resource's current one, the device
         manager marks its devices unhealthy and starts the grace period."""
         log.info(
-            "plugin deregistered resource=%s socket=%s", endpoint.resource, endpoint.socket_path
+            "plugin deregistered",
+            extra={"resource": endpoint.resource, "socket": endpoint.socket_path},
         )
         endpoint.stop()
 
@@ -89,10 +92,12 @@ class RegistrationService(dp_grpc.RegistrationServicer):
 
     def Register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:
         log.info(
-            "register request resource=%s version=%s endpoint=%s",
-            request.resource_name,
-            request.version,
-            request.endpoint,
+            "register request",
+            extra={
+                "resource": request.resource_name,
+                "version": request.version,
+                "endpoint": request.endpoint,
+            },
         )
         # The kubelet answers a refused registration with a plain Go error, which gRPC
         # sends as code UNKNOWN carrying the message; plugins only log it.
@@ -107,7 +112,9 @@ class RegistrationService(dp_grpc.RegistrationServicer):
                 [request.version], request.resource_name, self._dir / request.endpoint
             )
         except RegistrationError as e:
-            log.warning("registration refused resource=%s reason=%s", request.resource_name, e)
+            log.warning(
+                "registration refused", extra={"resource": request.resource_name, "reason": e}
+            )
             context.abort(grpc.StatusCode.UNKNOWN, str(e))
         return dp.Empty()
 
@@ -128,5 +135,5 @@ def remove_stale_sockets(directory: Path) -> list[Path]:
         except FileNotFoundError:
             continue
     if removed:
-        log.info("stale sockets removed dir=%s count=%d", directory, len(removed))
+        log.info("stale sockets removed", extra={"dir": directory, "count": len(removed)})
     return removed

@@ -127,7 +127,7 @@ class PluginWatcher:
                 self.reconcile()
             except Exception:
                 # The loop must survive any single plugin misbehaving.
-                log.exception("plugin watcher reconcile failed dir=%s", self._registry_dir)
+                log.exception("plugin watcher reconcile failed", extra={"dir": self._registry_dir})
             self._wake.wait(self._period)
             self._wake.clear()
 
@@ -145,7 +145,9 @@ class PluginWatcher:
                 if desired.get(path) != self._failures[path].stamp:
                     del self._failures[path]
         for path, entry in gone:
-            log.info("plugin socket removed path=%s resource=%s", path, entry.endpoint.resource)
+            log.info(
+                "plugin socket removed", extra={"path": path, "resource": entry.endpoint.resource}
+            )
             self._registrar.deregister(entry.endpoint)
         now = self._clock()
         for path, stamp in sorted(desired.items()):
@@ -176,7 +178,7 @@ class PluginWatcher:
                     preg.InfoRequest(), timeout=PLUGIN_RPC_TIMEOUT_SECONDS, wait_for_ready=True
                 )
             except grpc.RpcError as e:
-                log.warning("plugin GetInfo failed path=%s error=%s", path, e)
+                log.warning("plugin GetInfo failed", extra={"path": path, "error": e})
                 return None
             endpoint: PluginEndpoint | None = None
             error = ""
@@ -190,11 +192,13 @@ class PluginWatcher:
                 except RegistrationError as e:
                     error = str(e)
             log.info(
-                "plugin watcher registration path=%s resource=%s registered=%s error=%s",
-                path,
-                info.name,
-                endpoint is not None,
-                error or "none",
+                "plugin watcher registration",
+                extra={
+                    "path": path,
+                    "resource": info.name,
+                    "registered": endpoint is not None,
+                    "error": error or "none",
+                },
             )
             try:
                 stub.NotifyRegistrationStatus(
@@ -203,7 +207,9 @@ class PluginWatcher:
                 )
             except grpc.RpcError as e:
                 # The kubelet keeps a registration even if the plugin missed the news.
-                log.warning("plugin NotifyRegistrationStatus failed path=%s error=%s", path, e)
+                log.warning(
+                    "plugin NotifyRegistrationStatus failed", extra={"path": path, "error": e}
+                )
             return endpoint
         finally:
             channel.close()
