@@ -150,7 +150,10 @@ class AgentCredentials:
                 try:
                     client = KubeClient.from_kubeconfig(self.kubeconfig)
                 except ValueError as e:
-                    log.warning("event=agent_credentials_waiting reason=%r", str(e))
+                    log.warning(
+                        "agent credentials waiting",
+                        extra={"event": "agent_credentials_waiting", "reason": str(e)},
+                    )
                     self.stop.wait(RETRY_SECONDS)
                     continue
             self.renew_due(client)
@@ -168,9 +171,14 @@ class AgentCredentials:
                 write_token(renewal.path, request_agent_token(client, pod))
             except (KubeClientError, KeyError, OSError) as e:
                 # The API server starts with the demo; until it answers, try again shortly.
-                log.info("event=agent_token_pending node=%s reason=%r", renewal.node, str(e))
+                log.info(
+                    "agent token pending",
+                    extra={"event": "agent_token_pending", "node": renewal.node, "reason": str(e)},
+                )
                 renewal.due = self.clock() + RETRY_SECONDS
                 continue
-            log.info("event=agent_token_issued node=%s", renewal.node)
+            log.info(
+                "agent token issued", extra={"event": "agent_token_issued", "node": renewal.node}
+            )
             renewal.issued = True
             renewal.due = self.clock() + TOKEN_SECONDS * RENEW_AT

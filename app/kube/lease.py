@@ -112,9 +112,8 @@ class LeaseElection:
 
     async def run(self, work: Callable[[], Awaitable[None]]) -> None:
         log.info(
-            "electing the leader with lease=%s identity=%s (coordination.k8s.io/v1)",
-            self.where,
-            self.identity,
+            "electing the leader with coordination.k8s.io/v1",
+            extra={"lease": self.where, "identity": self.identity},
         )
         try:
             while True:
@@ -130,10 +129,8 @@ class LeaseElection:
         """Runs work until it ends, the Lease is lost, or renewing fails for too long."""
         self.leading = True
         log.info(
-            "leading: this process runs the stale sweep and the cluster watcher "
-            "lease=%s identity=%s",
-            self.where,
-            self.identity,
+            "leading: this process runs the stale sweep and the cluster watcher",
+            extra={"lease": self.where, "identity": self.identity},
         )
         task = asyncio.ensure_future(work())
         renewed = time.monotonic()
