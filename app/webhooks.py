@@ -148,29 +148,31 @@ class WebhookSender:
             if answer.is_success:
                 await asyncio.to_thread(self._mark_delivered, row.id)
                 log.info(
-                    "webhook sent target=%s alert=%s status=%s",
-                    self.target.shown,
-                    row.labels.get("alertname"),
-                    row.status,
+                    "webhook sent",
+                    extra={
+                        "target": self.target.shown,
+                        "alert": row.labels.get("alertname"),
+                        "status": row.status,
+                    },
                 )
                 return True
             error = f"HTTP {answer.status_code}: {answer.text[:200]}"
             if answer.is_client_error and answer.status_code not in RETRYABLE_4XX:
                 await asyncio.to_thread(self._mark_rejected, row.id, error)
                 log.error(
-                    "webhook refused, not retried target=%s id=%d error=%s",
-                    self.target.shown,
-                    row.id,
-                    error,
+                    "webhook refused, not retried",
+                    extra={"target": self.target.shown, "id": row.id, "error": error},
                 )
                 return True
         await asyncio.to_thread(self._record_failure, row.id, error)
         log.warning(
-            "webhook failed, will retry target=%s id=%d attempt=%d error=%s",
-            self.target.shown,
-            row.id,
-            row.attempts + 1,
-            error,
+            "webhook failed, will retry",
+            extra={
+                "target": self.target.shown,
+                "id": row.id,
+                "attempt": row.attempts + 1,
+                "error": error,
+            },
         )
         return False
 
@@ -202,4 +204,4 @@ def _prune_once(factory: sessionmaker[Session], settings: Settings, targets: lis
     with write_session(factory) as session:
         pruned = prune_notifications(session, before, targets)
     if pruned:
-        log.info("pruned old notifications count=%d", pruned)
+        log.info("pruned old notifications", extra={"count": pruned})

@@ -137,7 +137,10 @@ class Agent:
             },
         )
         if self.dra_health is not None:
-            log.info("event=dra_health_on plugins_dir=%s", self.dra_health.plugins_dir)
+            log.info(
+                "dra health on",
+                extra={"event": "dra_health_on", "plugins_dir": self.dra_health.plugins_dir},
+            )
         if self.metrics_server is not None:
             self.metrics_server.start()
         self.pusher.start()

@@ -151,7 +151,10 @@ class DriverStream:
                     streamed_for = self._stream(path, identity)
                 except Exception:
                     # The stream must outlive anything unforeseen; it retries after back-off.
-                    log.exception("event=dra_health_error driver=%s", self.driver)
+                    log.exception(
+                        "dra health error",
+                        extra={"event": "dra_health_error", "driver": self.driver},
+                    )
             if streamed_for >= STABLE_STREAM_SECONDS:
                 self._backoff.reset()
             if identity is not None and self._declined(identity):
@@ -185,9 +188,19 @@ class DriverStream:
                 if not connected:
                     connected = True
                     self._metrics.dra_health_connected.labels(self.driver).set(1)
-                    log.info("event=dra_health_connected driver=%s socket=%s", self.driver, path)
+                    log.info(
+                        "dra health connected",
+                        extra={
+                            "event": "dra_health_connected",
+                            "driver": self.driver,
+                            "socket": path,
+                        },
+                    )
                 self._on_message(self.driver, device_entries(response))
-            log.info("event=dra_health_stream_ended driver=%s socket=%s", self.driver, path)
+            log.info(
+                "dra health stream ended",
+                extra={"event": "dra_health_stream_ended", "driver": self.driver, "socket": path},
+            )
         except grpc.RpcError as e:
             code = e.code() if isinstance(e, grpc.Call) else None
             if not self._stopping:
@@ -195,10 +208,13 @@ class DriverStream:
                 self._metrics.kubelet_errors.labels(CALL, name).inc()
                 log.log(
                     logging.WARNING if connected else logging.INFO,
-                    "event=dra_health_failed driver=%s socket=%s code=%s",
-                    self.driver,
-                    path,
-                    name,
+                    "dra health failed",
+                    extra={
+                        "event": "dra_health_failed",
+                        "driver": self.driver,
+                        "socket": path,
+                        "code": name,
+                    },
                 )
             if code is grpc.StatusCode.UNIMPLEMENTED:
                 self._unimplemented = (identity, time.monotonic() + self._backoff.cap)
@@ -271,7 +287,10 @@ class DraHealthWatch:
                 continue
             if stream is not None:
                 stream.stop()
-            log.info("event=dra_socket_found driver=%s socket=%s", driver, found[driver])
+            log.info(
+                "dra socket found",
+                extra={"event": "dra_socket_found", "driver": driver, "socket": found[driver]},
+            )
             stream = DriverStream(
                 driver,
                 self._socket_of,
@@ -288,6 +307,8 @@ class DraHealthWatch:
             try:
                 self.scan()
             except Exception:
-                log.exception("event=dra_scan_failed dir=%s", self.plugins_dir)
+                log.exception(
+                    "dra scan failed", extra={"event": "dra_scan_failed", "dir": self.plugins_dir}
+                )
             with self._cond:
                 self._cond.wait_for(lambda: self._stopping, timeout=self._rescan)

@@ -203,7 +203,7 @@ def run_dra_driver(args: argparse.Namespace) -> int:
         log.error("invalid arguments", extra={"reason": "--devices must be from 2 to 64"})
         return 2
     if args.kubeconfig is None and args.root is None:
-        log.error("invalid arguments reason=give --kubeconfig, --root or both")
+        log.error("invalid arguments", extra={"reason": "give --kubeconfig, --root or both"})
         return 2
     spec = DraDriverSpec(args.node, args.devices)
     parts: list[Any] = []

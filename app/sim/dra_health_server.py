@@ -97,7 +97,7 @@ class SimDraHealthServer:
             self._devices[device] = DeviceState(HEALTH_NAMES[health], message, int(time.time()))
             self._version += 1
             self._cond.notify_all()
-        log.info("DRA device health set device=%s health=%s", device, health)
+        log.info("DRA device health set", extra={"device": device, "health": health})
 
     def status(self) -> dict[str, Any]:
         with self._cond:
@@ -148,7 +148,7 @@ class SimDraHealthServer:
         server.add_insecure_port(unix_target(self.socket_path))
         server.start()
         self._server = server
-        log.info("DRA health stream serving socket=%s", self.socket_path)
+        log.info("DRA health stream serving", extra={"socket": self.socket_path})
 
     def stop(self) -> None:
         with self._cond:
