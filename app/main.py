@@ -13,7 +13,8 @@ from app import __version__
 from app.api import docs, ingest, inventory, kube, openapi, service, tokens
 from app.auth import ANONYMOUS_READER, TokenCache
 from app.background import clock_of, start_background_tasks, start_stale_sweep
-from app.config import AuthMode, Settings
+from app.clock import utcnow
+from app.config import AuthMode, KubeMode, Settings
 from app.db import (
     create_db_engine,
     create_event_loop_database,
@@ -21,6 +22,7 @@ from app.db import (
 )
 from app.fleet_metrics import FleetGauges
 from app.inventory.ingest import SnapshotIngest
+from app.kube.status import WATCH_STATES, watch_states
 from app.metrics import ServiceMetrics
 from app.ui import install_ui
 from app.web.compression import CompressionMiddleware
@@ -36,6 +38,13 @@ API_DESCRIPTION = """Every device that Kubernetes device plugins expose on every
 is, how healthy it has been, and which pod holds it. Node agents post kubelet snapshots to
 `/api/v1/ingest/*`; everything else reads. Send `Authorization: Bearer <token>`; tokens have the
 scopes `read`, `ingest` and `admin`."""
+
+
+def _watch_states(state: ServiceState, settings: Settings) -> list[tuple[str, str]]:
+    if settings.kube is KubeMode.OFF:
+        return []  # no statement per scrape for a feature that is off
+    with state.session_factory() as session:
+        return watch_states(session, settings.kube, state.kube_problem, utcnow())
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -67,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 per_device=settings.metrics_per_device,
             )
         )
+        state.metrics.watch_cluster(lambda: _watch_states(state, settings), WATCH_STATES)
         if settings.auth is AuthMode.OFF:
             log.warning(
                 "AUTHENTICATION IS OFF: anyone who can reach this service can read and change "

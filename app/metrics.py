@@ -3,15 +3,46 @@ database at scrape time (app/fleet_metrics.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from app.fleet_metrics import FleetGauges
 
 HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 OPENMETRICS_END = b"# EOF\n"
+
+
+WATCH_STATE_HELP = (
+    "With cluster access on, 1 for the state each watched collection is in, 0 for the others."
+)
+
+
+class WatchStateCollector:
+    """devicedeck_kube_watch_state, read at each scrape from the status the leading process's
+    watcher keeps in the database, so every replica exports the same."""
+
+    def __init__(self, read: Callable[[], list[tuple[str, str]]], states: Sequence[str]) -> None:
+        self.read = read
+        self.states = tuple(states)
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "devicedeck_kube_watch_state", WATCH_STATE_HELP, labels=["resource", "state"]
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        # Registration asks for the names; reading the database then is not needed.
+        yield self._family()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        for resource, current in self.read():
+            for state in self.states:
+                family.add_metric([resource, state], 1.0 if state == current else 0.0)
+        yield family
 
 
 class ServiceMetrics:
@@ -66,6 +97,11 @@ class ServiceMetrics:
 
     def watch_fleet(self, fleet: FleetGauges) -> None:
         self.fleet = fleet
+
+    def watch_cluster(
+        self, read: Callable[[], list[tuple[str, str]]], states: Sequence[str]
+    ) -> None:
+        self.registry.register(WatchStateCollector(read, states))
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition the scraper asked for by its Accept header (OpenMetrics or the text

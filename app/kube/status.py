@@ -27,6 +27,7 @@ BACKOFF = "backoff"
 FORBIDDEN = "forbidden"
 UNAVAILABLE = "unavailable"
 STOPPED = "stopped"
+WATCH_STATES = (STARTING, LISTING, WATCHING, BACKOFF, FORBIDDEN, UNAVAILABLE, STOPPED)
 
 
 def write_status(session: Session, resource: str, value: dict[str, Any], now: datetime) -> None:
@@ -99,3 +100,16 @@ def cluster_status(
         "problem": problem,
         "watches": watches,
     }
+
+
+def watch_states(
+    session: Session, mode: KubeMode, problem: str | None, now: datetime
+) -> list[tuple[str, str]]:
+    """Each watched collection with the state to export for it (none while cluster access is
+    off or could not start). A status no process has renewed within STALE_AFTER reads as
+    stopped: the process that was watching is gone, whatever it wrote last."""
+    states = []
+    for watch in cluster_status(session, mode, problem, now)["watches"]:
+        gone = watch["stale"] and watch["updated_at"] is not None
+        states.append((watch["resource"], STOPPED if gone else str(watch["state"])))
+    return states

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import StartApp, wait_for
 from .fake_apiserver import FakeApiServer
@@ -19,6 +20,17 @@ def _status(client: TestClient, auth: dict[str, str]) -> dict[str, Any]:
 
 def _watch(client: TestClient, auth: dict[str, str], resource: str) -> dict[str, Any]:
     return next(w for w in _status(client, auth)["watches"] if w["resource"] == resource)
+
+
+def _watch_state_samples(client: TestClient) -> dict[tuple[str, str], float]:
+    """devicedeck_kube_watch_state from /metrics, as Prometheus would scrape it."""
+    text = client.get("/metrics").text
+    return {
+        (sample.labels["resource"], sample.labels["state"]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "devicedeck_kube_watch_state"
+        for sample in family.samples
+    }
 
 
 def test_rbac_denial_is_shown_and_the_watch_recovers_when_allowed(
@@ -40,9 +52,16 @@ def test_rbac_denial_is_shown_and_the_watch_recovers_when_allowed(
     assert pods["retry_at"] is not None
     wait_for(lambda: _watch(client, auth, "nodes")["state"] == "watching", what="nodes watching")
     assert _status(client, auth)["healthy"] is False
+    # What the alert on a forbidden watch reads: one state at 1 per collection.
+    states = _watch_state_samples(client)
+    assert states[("pods", "forbidden")] == 1.0
+    assert states[("nodes", "watching")] == 1.0
+    assert states[("nodes", "forbidden")] == 0.0
+    assert sum(value for (resource, _), value in states.items() if resource == "pods") == 1.0
 
     fake_api.allow("pods")
     wait_for(lambda: _status(client, auth)["healthy"], what="recovery after backoff")
+    assert _watch_state_samples(client)[("pods", "forbidden")] == 0.0
     listed = client.get("/api/v1/cluster/pods", headers=auth).json()
     assert [p["name"] for p in listed["results"]] == ["trainer-0"]
 
@@ -74,6 +93,7 @@ def test_status_when_off(client: TestClient, auth: dict[str, str]) -> None:
     assert status["mode"] == "off"
     assert status["enabled"] is False
     assert "DEVICEDECK_KUBE" in status["problem"]
+    assert _watch_state_samples(client) == {}
     assert status["watches"] == []
     assert client.get("/api/v1/cluster/status").status_code == 401
 
