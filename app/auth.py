@@ -36,6 +36,10 @@ class Principal:
     node: str | None = None
     all_nodes: bool = False
     anonymous: bool = False
+    # The token behind the credential, and the dashboard session when it came from one: what
+    # an open live stream checks to end when either is over.
+    token_id: int | None = None
+    session_id: int | None = None
 
     def has(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
@@ -180,6 +184,7 @@ def authenticate(session: Session, plaintext: str, now: datetime) -> Authenticat
             scopes=frozenset(token.scopes),
             node=token.node,
             all_nodes=token.all_nodes,
+            token_id=token.id,
         ),
         token_id=token.id,
         touch=touch,

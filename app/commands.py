@@ -27,6 +27,13 @@ def register(subparsers: Any) -> None:
         help="worker processes; each serves requests, one at a time runs the stale sweep and "
         "the cluster watcher",
     )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="comma-separated addresses or networks of reverse proxies whose X-Forwarded-Proto "
+        "and X-Forwarded-For are believed, or '*' for any (uvicorn's option; default: the "
+        "FORWARDED_ALLOW_IPS environment variable, else 127.0.0.1 and ::1)",
+    )
     serve.set_defaults(func=run_serve)
 
     migrate = subparsers.add_parser("migrate", help="upgrade the database schema to the latest")
@@ -85,9 +92,17 @@ def run_serve(args: argparse.Namespace) -> int:
             port=args.port,
             log_config=None,
             access_log=False,
+            forwarded_allow_ips=args.forwarded_allow_ips,
         )
         return 0
-    uvicorn.run(worker_app(), host=args.host, port=args.port, log_config=None, access_log=False)
+    uvicorn.run(
+        worker_app(),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        forwarded_allow_ips=args.forwarded_allow_ips,
+    )
     return 0
 
 

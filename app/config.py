@@ -58,6 +58,21 @@ class Settings(BaseSettings):
         ge=0,
         description="how long a checked token is trusted without asking the database again",
     )
+    session_idle_seconds: float = Field(
+        default=8 * 3600,
+        gt=0,
+        description="a dashboard sign-in unused for this long ends",
+    )
+    session_max_age_seconds: float = Field(
+        default=7 * 24 * 3600,
+        gt=0,
+        description="a dashboard sign-in ends this long after it began, however used",
+    )
+    secure_cookies: bool = Field(
+        default=False,
+        description="mark cookies Secure even when the request reached the service over "
+        "plain HTTP (behind a TLS-terminating proxy)",
+    )
     stale_after: float = Field(
         default=90.0, gt=0, description="seconds without a snapshot before a node is stale"
     )

@@ -32,7 +32,8 @@ SECURITY_SCHEMES = {
         "type": "apiKey",
         "in": "cookie",
         "name": SESSION_COOKIE,
-        "description": "The dashboard's session: set by signing in at /login with a token.",
+        "description": "The dashboard's session id (never a token), set by signing in at /login "
+        "with a token; it ends at sign-out, when the token is revoked, or when it expires.",
     },
 }
 

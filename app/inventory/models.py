@@ -323,6 +323,24 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None]
 
 
+class DashboardSession(Base):
+    """A dashboard sign-in: the browser's cookie holds a random id, kept here only hashed.
+
+    It lasts while its token is not revoked, it is used within the idle timeout, it is
+    younger than the maximum age, and nobody signed out."""
+
+    __tablename__ = "dashboard_sessions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    id_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    token_id: Mapped[int] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+
+
 class Setting(Base):
     """Small key/value state the service keeps, e.g. the cluster watcher's status."""
 

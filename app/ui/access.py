@@ -1,7 +1,7 @@
 """Who may see the pages: the service's own token check, with a login page instead of a 401.
 
-The token comes from the `devicedeck_token` cookie the login page sets (or a bearer header),
-through the same check the JSON API uses.
+The caller is found as the JSON API finds it: a bearer header, or the `devicedeck_session`
+cookie the login page sets (a session id, never a token).
 """
 
 from __future__ import annotations

@@ -72,6 +72,13 @@ def is_https(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
+def secure_cookies(request: Request) -> bool:
+    """Whether cookies get `Secure`: always with DEVICEDECK_SECURE_COOKIES=true (a proxy
+    terminates TLS), else when the request came over HTTPS, as the server sees it (through a
+    proxy it trusts with --forwarded-allow-ips, from X-Forwarded-Proto)."""
+    return bool(request.app.state.settings.secure_cookies) or is_https(request)
+
+
 def same_origin(request: Request) -> bool:
     """True when the request's Origin, or failing that its Referer, is this very host.
 
@@ -112,7 +119,7 @@ def set_csrf_cookie(response: Response, request: Request, token: str) -> None:
         token,
         httponly=True,
         samesite="strict",
-        secure=is_https(request),
+        secure=secure_cookies(request),
         path="/",
     )
 

@@ -1,8 +1,10 @@
-"""Who is calling: the bearer token or the dashboard's session cookie, checked and cached."""
+"""Who is calling: the bearer token (checked and cached) or the dashboard's session cookie
+(checked on every request)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -17,7 +19,8 @@ from app.auth import (
     record_token_use,
 )
 from app.clock import utcnow
-from app.config import AuthMode
+from app.config import AuthMode, Settings
+from app.dashboard_sessions import SessionLimits, authenticate_session, record_session_use
 from app.db import write_session
 from app.kube.service_accounts import (
     ReviewedAgent,
@@ -28,21 +31,49 @@ from app.kube.service_accounts import (
 from app.web.observe import PRINCIPAL_KEY
 from app.web.state import service_state
 
-SESSION_COOKIE = "devicedeck_token"
+# The dashboard's cookie: a session id (app/dashboard_sessions.py), never a token.
+SESSION_COOKIE = "devicedeck_session"
+# Earlier versions kept the API token itself in this cookie. It is never read; signing in or
+# out deletes it from the browser.
+LEGACY_TOKEN_COOKIE = "devicedeck_token"
 
 
 def presented_token(request: Request) -> str | None:
+    """The bearer token of the Authorization header, if there is one."""
     header = request.headers.get("authorization")
-    if header:
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
-            raise HTTPException(
-                401,
-                "Authorization header must be 'Bearer <token>'",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return value.strip()
-    return request.cookies.get(SESSION_COOKIE)
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise HTTPException(
+            401,
+            "Authorization header must be 'Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return value.strip()
+
+
+def session_limits(settings: Settings) -> SessionLimits:
+    return SessionLimits(
+        idle=timedelta(seconds=settings.session_idle_seconds),
+        max_age=timedelta(seconds=settings.session_max_age_seconds),
+    )
+
+
+def _principal_from_session(request: Request, session_id: str) -> Principal | None:
+    """The dashboard session checked against the database on every request (in a worker
+    thread), never cached: a sign-out or a revocation on any process ends it at once."""
+    state = service_state(request.app)
+    now = utcnow()
+    with state.session_factory() as session:
+        found = authenticate_session(session, session_id, now, session_limits(state.settings))
+    if found is None:
+        return None
+    principal = found.principal
+    if found.touch and principal.session_id is not None and principal.token_id is not None:
+        with write_session(state.session_factory) as session:
+            record_session_use(session, principal.session_id, principal.token_id, now)
+    return principal
 
 
 def _principal_from_database(request: Request, token: str) -> Principal:
@@ -93,11 +124,7 @@ async def current_principal(request: Request) -> Principal:
 async def _identify(request: Request) -> Principal:
     token = presented_token(request)
     if token is None:
-        if service_state(request.app).settings.auth is AuthMode.OFF:
-            return ANONYMOUS_READER
-        raise HTTPException(
-            401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-        )
+        return await _principal_without_token(request)
     # An agent posts every few seconds: a cache hit answers without a thread or a query.
     cached = token_cache(request).get(token)
     if cached is not None:
@@ -106,6 +133,25 @@ async def _identify(request: Request) -> Principal:
     if reviewer is not None and not token.startswith(TOKEN_PREFIX):
         return await run_in_threadpool(_principal_from_review, reviewer, token)
     return await run_in_threadpool(_principal_from_database, request, token)
+
+
+async def _principal_without_token(request: Request) -> Principal:
+    auth_off = service_state(request.app).settings.auth is AuthMode.OFF
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if session_id:
+        principal = await run_in_threadpool(_principal_from_session, request, session_id)
+        if principal is not None:
+            return principal
+        if not auth_off:
+            raise HTTPException(
+                401,
+                "the dashboard session has ended (signed out, expired, or its token revoked): "
+                "sign in again",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+    if auth_off:
+        return ANONYMOUS_READER
+    raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
 
 
 @dataclass(frozen=True)

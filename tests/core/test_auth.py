@@ -59,6 +59,7 @@ BAD_CREDENTIALS: list[dict[str, str]] = [
     {"Authorization": "ddk_abc"},
     {"Authorization": "Bearer ddk_not-a-token-anyone-made"},
     {"Cookie": "devicedeck_token=ddk_not-a-token-anyone-made"},
+    {"Cookie": "devicedeck_session=dds_not-a-session-anyone-started"},
 ]
 
 
@@ -118,15 +119,17 @@ def test_admin_scope_implies_read_and_ingest(
     assert client.get(TOKENS, headers=admin).status_code == 200
 
 
-def test_token_in_cookie_is_accepted(client: TestClient, make_token: Callable[..., str]) -> None:
+def test_a_token_in_a_cookie_is_refused(client: TestClient, make_token: Callable[..., str]) -> None:
+    """Cookies hold dashboard session ids only: a valid API token in the old cookie (the one
+    earlier versions set), or in the session cookie, authenticates nothing."""
     token = make_token("read")
-    client.cookies.set("devicedeck_token", token)
-    try:
-        assert client.get(DEVICES).status_code == 200
-        client.cookies.set("devicedeck_token", "ddk_wrong")
-        assert_error(client.get(DEVICES), 401, "unauthorized")
-    finally:
-        client.cookies.clear()
+    assert client.get(DEVICES, headers=bearer(token)).status_code == 200
+    for cookie in ("devicedeck_token", "devicedeck_session"):
+        client.cookies.set(cookie, token)
+        try:
+            assert_error(client.get(DEVICES), 401, "unauthorized")
+        finally:
+            client.cookies.clear()
 
 
 def test_tokens_are_stored_only_as_hashes(api: Api, db_rows: Callable[..., dict]) -> None:

@@ -5,14 +5,19 @@ response schema that matches that schema."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any, get_args
 
 import jsonschema_rs
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.api import vocabulary
-from app.auth import SCOPES
+from app.auth import SCOPES, authenticate
+from app.clock import utcnow
 from app.config import AuthMode, KubeMode, Settings
+from app.dashboard_sessions import SessionLimits, start_session
+from app.db import write_session
 from app.inventory.events import EVENT_KINDS
 from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED
 from app.inventory.node_status import DEVICE_PLUGIN, MANUAL
@@ -50,7 +55,7 @@ OPERATIONS = {
 PUBLIC = {"livez", "readyz", "metrics"}
 # For each scope, one that does not include it (admin includes every scope).
 LACKING = {"read": "ingest", "ingest": "read", "admin": "read"}
-SESSION_COOKIE = "devicedeck_token"
+SESSION_COOKIE = "devicedeck_session"
 
 
 def operations(schema: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
@@ -87,10 +92,22 @@ def test_security_schemes_are_the_bearer_token_and_the_session_cookie(client: Te
     }
 
 
-def test_each_operation_declares_the_security_it_enforces(api: Api, make_token: Any) -> None:
+def signed_in(session_factory: sessionmaker[Session], token: str) -> str:
+    """A dashboard session for the token, as signing in at /login starts one: its cookie."""
+    now = utcnow()
+    with write_session(session_factory) as session:
+        found = authenticate(session, token, now)
+        assert found is not None
+        limits = SessionLimits(idle=timedelta(hours=1), max_age=timedelta(hours=1))
+        return start_session(session, found.token_id, now, limits)
+
+
+def test_each_operation_declares_the_security_it_enforces(
+    api: Api, make_token: Any, session_factory: sessionmaker[Session]
+) -> None:
     schema = api.client.get("/openapi.json").json()
     lacking = {scope: make_token(other) for scope, other in LACKING.items()}
-    admin = make_token("admin")
+    admin = signed_in(session_factory, make_token("admin"))
     for operation_id, (method, path, operation) in operations(schema).items():
         url = concrete(path)
         if operation_id in PUBLIC:

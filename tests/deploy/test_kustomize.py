@@ -128,3 +128,19 @@ def test_with_every_component_each_reference_resolves(tmp_path: Path) -> None:
         elif kind == "ClusterRoleBinding":
             for subject in obj["subjects"]:
                 assert ("ServiceAccount", subject["namespace"], subject["name"]) in by_key
+
+
+def server_env(rendered: list[Obj]) -> dict[str, str]:
+    (deployment,) = [o for o in rendered if key(o) == ("Deployment", "devicedeck", "devicedeck")]
+    (server,) = [c for c in deployment["spec"]["template"]["spec"]["containers"]]
+    return {e["name"]: e.get("value", "") for e in server["env"]}
+
+
+def test_behind_the_tls_ingress_cookies_are_secure(tmp_path: Path) -> None:
+    """The Ingress terminates TLS and talks plain HTTP to the service: the component sets
+    DEVICEDECK_SECURE_COOKIES so the session cookie is Secure anyway; the base does not."""
+    assert "DEVICEDECK_SECURE_COOKIES" not in server_env(kustomize(COMPONENTS.parent))
+    rendered = kustomize(overlay(tmp_path, [COMPONENTS / "ingress-tls"]))
+    env = server_env(rendered)
+    assert env["DEVICEDECK_SECURE_COOKIES"] == "true"
+    assert env["DEVICEDECK_AUTH"] == "token"  # the base's settings are kept

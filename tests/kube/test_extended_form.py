@@ -25,8 +25,21 @@ def _signed_in(
         lambda: client.get("/api/v1/nodes/node-a", headers=auth).status_code == 200,
         what="node-a from the API server",
     )
-    client.cookies.set("devicedeck_token", token)
+    sign_in(client, token)
     return client
+
+
+def sign_in(client: TestClient, token: str) -> None:
+    """Through the login form, as a browser does: the client keeps the session cookie."""
+    found = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text)
+    assert found is not None
+    response = client.post(
+        "/login",
+        data={"token": token, "csrf_token": found.group(1)},
+        headers=ORIGIN,
+        follow_redirects=False,
+    )
+    assert response.status_code == 303, response.text
 
 
 def _csrf(client: TestClient) -> str:
@@ -90,7 +103,7 @@ def test_bad_input_and_missing_scope_change_nothing(
     )
     assert cross_site.status_code == 403
 
-    client.cookies.set("devicedeck_token", make_token("read", name="bob"))
+    sign_in(client, make_token("read", name="bob"))
     assert f'action="{FORM_URL}"' not in client.get("/nodes/node-a").text
     reader = client.post(FORM_URL, data={**form, "quantity": "1"}, headers=ORIGIN)
     assert reader.status_code == 403

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -79,7 +79,9 @@ class ServedProcess:
     """`devicedeck serve` in its own process, started at once and waited for separately, so
     several can start side by side."""
 
-    def __init__(self, settings_env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, settings_env: dict[str, str], log_dir: Path, args: Sequence[str] = ()
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"serve-{self.port}.log"
@@ -94,6 +96,7 @@ class ServedProcess:
                     "--no-migrate",
                     "--port",
                     str(self.port),
+                    *args,
                 ],
                 cwd=ROOT,
                 env=env,
@@ -119,11 +122,14 @@ class ServedProcess:
 
 
 @contextlib.contextmanager
-def served_processes(envs: list[dict[str, str]], log_dir: Path) -> Iterator[list[ServedProcess]]:
+def served_processes(
+    envs: list[dict[str, str]], log_dir: Path, args: Sequence[Sequence[str]] = ()
+) -> Iterator[list[ServedProcess]]:
+    """One process per env; args, when given, holds each one's extra `serve` arguments."""
     started: list[ServedProcess] = []
     try:
-        for env in envs:
-            started.append(ServedProcess(env, log_dir))
+        for index, env in enumerate(envs):
+            started.append(ServedProcess(env, log_dir, args[index] if args else ()))
         for served in started:
             served.wait_ready()
         yield started

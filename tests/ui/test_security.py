@@ -14,6 +14,7 @@ from .conftest import Ingest, MakeToken, Pages, typical_cluster
 from .dom import parse
 
 ORIGIN = {"Origin": "http://testserver"}
+SESSION = "devicedeck_session"
 
 
 def set_cookies(response: httpx.Response) -> dict[str, SimpleCookie]:
@@ -105,8 +106,9 @@ def test_login_sets_strict_httponly_cookie_and_pages_open(
         follow_redirects=False,
     )
     assert response.status_code == 303 and response.headers["location"] == "/nodes"
-    cookie = set_cookies(response)["devicedeck_token"]["devicedeck_token"]
-    assert cookie.value == token
+    cookie = set_cookies(response)[SESSION][SESSION]
+    # A session id, never the token itself.
+    assert cookie.value.startswith("dds_") and token not in cookie.value
     assert cookie["httponly"] and cookie["samesite"] == "strict" and cookie["path"] == "/"
     assert not cookie["secure"]  # plain http here; see the https test
     page = parse(client.get("/nodes").text)
@@ -125,7 +127,7 @@ def test_login_cookie_is_secure_over_https(settings: Settings, make_token: MakeT
             follow_redirects=False,
         )
         assert response.status_code == 303
-        assert set_cookies(response)["devicedeck_token"]["devicedeck_token"]["secure"]
+        assert set_cookies(response)[SESSION][SESSION]["secure"]
 
 
 def test_login_refuses_bad_tokens_with_a_clear_message(
@@ -138,7 +140,7 @@ def test_login_refuses_bad_tokens_with_a_clear_message(
         response = client.post("/login", data={"token": token, "csrf_token": csrf}, headers=ORIGIN)
         assert response.status_code == status
         assert message in parse(response.text).one(role="alert").text
-        assert "devicedeck_token" not in set_cookies(response)
+        assert SESSION not in set_cookies(response)
 
 
 def test_login_redirects_only_to_local_paths(client: TestClient, make_token: MakeToken) -> None:
@@ -173,7 +175,7 @@ def test_cross_site_posts_are_refused(client: TestClient, make_token: MakeToken)
             follow_redirects=False,
         )
         assert response.status_code == 403, headers
-        assert "devicedeck_token" not in set_cookies(response)
+        assert SESSION not in set_cookies(response)
     # The same request from the dashboard itself (Referer is enough when Origin is absent).
     ok = client.post(
         "/login",
@@ -210,7 +212,7 @@ def test_logout_clears_the_cookie_and_needs_the_form_token(
         "/logout", data={"csrf_token": form_token}, headers=ORIGIN, follow_redirects=False
     )
     assert response.status_code == 303 and response.headers["location"] == "/login"
-    cleared = set_cookies(response)["devicedeck_token"]["devicedeck_token"]
+    cleared = set_cookies(response)[SESSION][SESSION]
     assert cleared.value == "" and cleared["max-age"] == "0"
     assert client.get("/", follow_redirects=False).status_code == 303
 

@@ -1,4 +1,5 @@
-"""GET/POST /login and POST /logout: a token pasted once, kept in an HttpOnly cookie."""
+"""GET/POST /login and POST /logout: a token pasted once starts a server-side session, whose
+random id (never the token) is kept in an HttpOnly cookie; signing out ends it everywhere."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from starlette.concurrency import run_in_threadpool
 from app.auth import Principal, authenticate
 from app.clock import utcnow
 from app.config import AuthMode
+from app.dashboard_sessions import end_session, start_session
+from app.db import write_session
 from app.ui.access import safe_next
 from app.ui.render import base_context, environment, full_page, render_error
-from app.ui.security import CSRF_FIELD, csrf_matches, is_https, same_origin
-from app.web.principal import SESSION_COOKIE
+from app.ui.security import CSRF_FIELD, csrf_matches, same_origin, secure_cookies
+from app.web.principal import LEGACY_TOKEN_COOKIE, SESSION_COOKIE, session_limits
+from app.web.state import service_state
 
 router = APIRouter(include_in_schema=False)
 
-COOKIE_MAX_AGE = 7 * 24 * 3600
 FORM_LIMIT = 16 * 1024
 
 
@@ -71,9 +74,27 @@ async def read_form(request: Request) -> dict[str, str]:
 
 
 def _check_token(request: Request, token: str) -> Principal | None:
-    with request.app.state.session_factory() as session:
+    with service_state(request.app).session_factory() as session:
         found = authenticate(session, token, utcnow())
     return found.principal if found is not None else None
+
+
+def _start_session(request: Request, token_id: int) -> str:
+    state = service_state(request.app)
+    with write_session(state.session_factory) as session:
+        return start_session(session, token_id, utcnow(), session_limits(state.settings))
+
+
+def _end_session(request: Request, session_id: str) -> None:
+    with write_session(service_state(request.app).session_factory) as session:
+        end_session(session, session_id, utcnow())
+
+
+def _forget_cookies(request: Request, response: Response, *names: str) -> None:
+    for name in names:
+        response.delete_cookie(
+            name, httponly=True, samesite="strict", secure=secure_cookies(request), path="/"
+        )
 
 
 @router.post("/login", response_class=HTMLResponse)
@@ -102,14 +123,18 @@ async def login(request: Request) -> Response:
             "message": f"The token “{principal.name}” lacks the read scope.",
         }
         return _login_page(request, next_path, 403, problem)
+    assert principal.token_id is not None  # a token from the database always has its id
+    session_id = await run_in_threadpool(_start_session, request, principal.token_id)
     response = RedirectResponse(next_path, status_code=303)
+    _forget_cookies(request, response, LEGACY_TOKEN_COOKIE)
     response.set_cookie(
         SESSION_COOKIE,
-        token,
-        max_age=COOKIE_MAX_AGE,
+        session_id,
+        # The browser drops the cookie when the session could not be used anyway.
+        max_age=int(service_state(request.app).settings.session_max_age_seconds),
         httponly=True,
         samesite="strict",
-        secure=is_https(request),
+        secure=secure_cookies(request),
         path="/",
     )
     return response
@@ -121,8 +146,9 @@ async def logout(request: Request) -> Response:
     refused = refuse_cross_site(request, form)
     if refused is not None:
         return refused
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if session_id:
+        await run_in_threadpool(_end_session, request, session_id)
     response = RedirectResponse("/login" if _auth_on(request) else "/", status_code=303)
-    response.delete_cookie(
-        SESSION_COOKIE, httponly=True, samesite="strict", secure=is_https(request), path="/"
-    )
+    _forget_cookies(request, response, SESSION_COOKIE, LEGACY_TOKEN_COOKIE)
     return response
