@@ -73,6 +73,18 @@ class Settings(BaseSettings):
         description="mark cookies Secure even when the request reached the service over "
         "plain HTTP (behind a TLS-terminating proxy)",
     )
+    max_live_streams: int = Field(
+        default=20,
+        gt=0,
+        description="most live-update streams one token, session or user may hold open on "
+        "one serving process",
+    )
+    stream_check_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="how often open live-update streams are checked against the database, "
+        "and closed when their token is revoked or their session has ended",
+    )
     stale_after: float = Field(
         default=90.0, gt=0, description="seconds without a snapshot before a node is stale"
     )

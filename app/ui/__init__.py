@@ -15,11 +15,13 @@ def install_ui(app: FastAPI) -> None:
     from app.ui.routes import devices, dra, events, extended, login, missing, nodes, overview, pods
     from app.ui.security import SecurityHeadersMiddleware
     from app.ui.stream import router as stream_router
+    from app.ui.stream_limits import LiveStreams, start_stream_checks
     from app.ui.templating import STATIC, build_environment
 
     app.state.ui_templates = build_environment()
     app.state.ui_cache = PageCache()
     app.state.live = None
+    app.state.live_streams = LiveStreams(app.state.settings.max_live_streams)
     for module in (overview, nodes, devices, dra, pods, events, login, extended):
         app.include_router(module.router)
     app.include_router(stream_router)
@@ -30,3 +32,4 @@ def install_ui(app: FastAPI) -> None:
     install_access_handlers(app)
     app.state.error_page = page_error
     app.state.background_starters.append(start_live_updates)
+    app.state.background_starters.append(start_stream_checks)

@@ -56,7 +56,7 @@ class LiveHub:
     def publish(self, latest: int) -> None:
         self.latest = max(self.latest, latest)
         for queue in self._subscribers:
-            _put_newest(queue, self.latest)
+            put_newest(queue, self.latest)
 
     @asynccontextmanager
     async def subscribe(self) -> AsyncIterator[asyncio.Queue[int]]:
@@ -73,14 +73,14 @@ class LiveHub:
     def close(self) -> None:
         self.closed.set()
         for queue in self._subscribers:
-            _put_newest(queue, CLOSED)
+            put_newest(queue, CLOSED)
 
     def close_threadsafe(self) -> None:
         """For code outside the event loop (signal handlers, a server run in a thread)."""
         self._loop.call_soon_threadsafe(self.close)
 
 
-def _put_newest(queue: asyncio.Queue[int], value: int) -> None:
+def put_newest(queue: asyncio.Queue[int], value: int) -> None:
     """Subscribers only care about the newest id: replace what they have not read yet."""
     if queue.full():
         queue.get_nowait()

@@ -2,9 +2,11 @@
 
 It carries no data, only "something changed, up to event N" (`event: changed`, `id: N`); the
 page then asks for its regions and swaps the ones that differ. The stream ends when the client
-goes away or the service shuts down. FastAPI's EventSourceResponse does the framing, sends a
-keep-alive comment after 15 s of silence (so proxies keep an idle stream open and dead clients
-are found), and stops the generator when the client disconnects.
+goes away, the service shuts down, or its token or dashboard session is over
+(app/ui/stream_limits.py, which also caps how many one caller may hold open). FastAPI's
+EventSourceResponse does the framing, sends a keep-alive comment after 15 s of silence (so
+proxies keep an idle stream open and dead clients are found), and stops the generator when the
+client disconnects.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from app.ui.access import Viewer
 from app.ui.live import CLOSED, LiveHub
+from app.ui.stream_limits import LiveStreams, StreamSlot, TooManyStreams, owner_of
 
 router = APIRouter(include_in_schema=False)
 
@@ -41,12 +44,29 @@ def changed_event(latest: int) -> ServerSentEvent:
     return ServerSentEvent(event="changed", id=str(latest), raw_data=str(latest))
 
 
+async def stream_slot(request: Request, viewer: Viewer) -> AsyncIterator[StreamSlot]:
+    """A place among the caller's open streams, held until the stream has ended (a
+    dependency's teardown runs after the response), or 429 when all are taken."""
+    streams: LiveStreams = request.app.state.live_streams
+    owner = owner_of(viewer, request.client.host if request.client else None)
+    with contextlib.ExitStack() as stack:
+        try:
+            slot = stack.enter_context(streams.hold(owner))
+        except TooManyStreams as e:
+            raise HTTPException(429, str(e), headers={"Retry-After": "30"}) from e
+        yield slot
+
+
 @router.get("/ui/stream", response_class=EventSourceResponse)
 async def stream(
-    request: Request, _viewer: Viewer, hub: Annotated[LiveHub, Depends(open_hub)]
+    request: Request,
+    hub: Annotated[LiveHub, Depends(open_hub)],
+    slot: Annotated[StreamSlot, Depends(stream_slot)],
 ) -> AsyncIterator[ServerSentEvent]:
     sent = _since(request)
     async with hub.subscribe() as queue:
+        # Revoking the token or ending the session wakes the queue with CLOSED too.
+        slot.attach(queue)
         yield ServerSentEvent(retry=RETRY_MS)
         if hub.latest > sent:
             sent = hub.latest
