@@ -40,6 +40,8 @@ class Principal:
     # an open live stream checks to end when either is over.
     token_id: int | None = None
     session_id: int | None = None
+    # A user an authenticating proxy vouched for (app/web/proxy.py), not a token.
+    proxy_user: bool = False
 
     def has(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes

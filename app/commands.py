@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from app.config import load_settings
+
+# uvicorn's variable and default for the proxies whose X-Forwarded-* headers are believed.
+FORWARDED_ALLOW_IPS = "FORWARDED_ALLOW_IPS"
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 
 
 def register(subparsers: Any) -> None:
@@ -82,6 +87,9 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.getLogger(__name__).info(
         f"Devicedeck is serving on {url}", extra={"event": "serving", "url": url}
     )
+    if args.forwarded_allow_ips is not None:
+        # Where worker_app reads it, in this process and in the worker processes it starts.
+        os.environ[FORWARDED_ALLOW_IPS] = args.forwarded_allow_ips
     if args.workers > 1:
         # Each worker process builds its own app (engines and pools are per process).
         uvicorn.run(
@@ -92,7 +100,8 @@ def run_serve(args: argparse.Namespace) -> int:
             port=args.port,
             log_config=None,
             access_log=False,
-            forwarded_allow_ips=args.forwarded_allow_ips,
+            # worker_app applies X-Forwarded-* itself, after noting the connection's address.
+            proxy_headers=False,
         )
         return 0
     uvicorn.run(
@@ -101,7 +110,7 @@ def run_serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_config=None,
         access_log=False,
-        forwarded_allow_ips=args.forwarded_allow_ips,
+        proxy_headers=False,
     )
     return 0
 
@@ -110,10 +119,13 @@ def worker_app() -> Any:
     """The app one serving process runs, built from the environment's settings."""
     from app.logs import configure_logging
     from app.main import create_app
+    from app.web.proxy import behind_proxies
 
     settings = load_settings()
     configure_logging(settings.log_format, settings.log_level)
-    app = create_app(settings)
+    app = behind_proxies(
+        create_app(settings), os.environ.get(FORWARDED_ALLOW_IPS, DEFAULT_FORWARDED_ALLOW_IPS)
+    )
     freeze_startup_objects()
     return app
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import string
 from enum import StrEnum
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -84,6 +85,19 @@ class Settings(BaseSettings):
         gt=0,
         description="how often open live-update streams are checked against the database, "
         "and closed when their token is revoked or their session has ended",
+    )
+    proxy_user_header: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9-]+$",
+        description="a request header in which an authenticating proxy names the user",
+    )
+    proxy_trusted_cidrs: str | None = Field(
+        default=None,
+        description="networks, comma-separated, whose requests' proxy user header is believed",
+    )
+    proxy_admins: str | None = Field(
+        default=None,
+        description="users, comma-separated, who get the admin scope through the proxy",
     )
     stale_after: float = Field(
         default=90.0, gt=0, description="seconds without a snapshot before a node is stale"
@@ -168,6 +182,25 @@ class Settings(BaseSettings):
     def webhook_urls(self) -> list[str]:
         return [url.strip() for url in (self.webhook_url or "").split(",") if url.strip()]
 
+    @field_validator("proxy_trusted_cidrs")
+    @classmethod
+    def _networks(cls, value: str | None) -> str | None:
+        for part in split_list(value):
+            try:
+                ipaddress.ip_network(part, strict=False)
+            except ValueError as e:
+                raise ValueError(f"{part!r} is not an address or network: {e}") from e
+        return value
+
+    @model_validator(mode="after")
+    def _proxy_has_networks(self) -> Settings:
+        if self.proxy_user_header and not split_list(self.proxy_trusted_cidrs):
+            raise ValueError(
+                "DEVICEDECK_PROXY_USER_HEADER needs DEVICEDECK_PROXY_TRUSTED_CIDRS: the "
+                "networks of the proxy that sets it"
+            )
+        return self
+
     @field_validator("device_link_template")
     @classmethod
     def _link_template(cls, value: str | None) -> str | None:
@@ -187,6 +220,11 @@ class Settings(BaseSettings):
         return value
 
 
+def split_list(value: str | None) -> list[str]:
+    """A comma-separated setting's items, spaces around them ignored."""
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
 def load_settings() -> Settings:
     """The settings from the environment. A bad value stops the command with an error naming
     the variable and what it accepts, before anything is started or changed."""
@@ -197,6 +235,9 @@ def load_settings() -> Settings:
         problems = [
             f"{prefix}{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']} "
             f"(got {error['input']!r})"
+            if error["loc"]
+            # A rule across settings, whose message names them.
+            else error["msg"]
             for error in e.errors()
         ]
         raise SystemExit("invalid settings:\n  " + "\n  ".join(problems)) from e

@@ -29,6 +29,7 @@ from app.kube.service_accounts import (
     ServiceAccountReviewer,
 )
 from app.web.observe import PRINCIPAL_KEY
+from app.web.proxy import ProxyUserRefused, ignored_header, proxy_user
 from app.web.state import service_state
 
 # The dashboard's cookie: a session id (app/dashboard_sessions.py), never a token.
@@ -136,22 +137,32 @@ async def _identify(request: Request) -> Principal:
 
 
 async def _principal_without_token(request: Request) -> Principal:
-    auth_off = service_state(request.app).settings.auth is AuthMode.OFF
+    """A dashboard session, else a user an authenticating proxy vouches for, else nobody."""
+    settings = service_state(request.app).settings
+    auth_off = settings.auth is AuthMode.OFF
     session_id = request.cookies.get(SESSION_COOKIE)
     if session_id:
         principal = await run_in_threadpool(_principal_from_session, request, session_id)
         if principal is not None:
             return principal
-        if not auth_off:
-            raise HTTPException(
-                401,
-                "the dashboard session has ended (signed out, expired, or its token revoked): "
-                "sign in again",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+    try:
+        vouched = proxy_user(request, settings)
+    except ProxyUserRefused as e:
+        raise HTTPException(401, str(e), headers={"WWW-Authenticate": "Bearer"}) from e
+    if vouched is not None:
+        return vouched
     if auth_off:
         return ANONYMOUS_READER
-    raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+    if session_id:
+        raise HTTPException(
+            401,
+            "the dashboard session has ended (signed out, expired, or its token revoked): "
+            "sign in again",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    ignored = ignored_header(request, settings)
+    message = "a bearer token is required" + (f" ({ignored})" if ignored else "")
+    raise HTTPException(401, message, headers={"WWW-Authenticate": "Bearer"})
 
 
 @dataclass(frozen=True)

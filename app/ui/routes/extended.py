@@ -47,7 +47,8 @@ async def change_advertised_resource(name: str, request: Request, viewer: Viewer
             request,
             403,
             "Admin scope needed",
-            f"The token “{viewer.name}” lacks the admin scope, so nothing was changed.",
+            f"{'The user' if viewer.proxy_user else 'The token'} “{viewer.name}” lacks the "
+            "admin scope, so nothing was changed.",
             principal=viewer,
             back=back,
         )
