@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from agent.helpers import Service
+from ui.signin import sign_in
 
 from .conftest import dev, listandwatch
 
@@ -20,8 +21,9 @@ APP = Path(__file__).resolve().parents[2] / "app"
 BAD_TOKEN = "ddk_this-token-does-not-exist-0123456789"
 
 
-def serve_and_ask(database_url: str, log_dir: Path, log_format: str) -> tuple[str, str]:
-    """Start the service, send a few requests, stop it; its whole output and the token."""
+def serve_and_ask(database_url: str, log_dir: Path, log_format: str) -> tuple[str, str, str]:
+    """Start the service, send a few requests, stop it; its whole output, the token and the
+    dashboard session's id."""
     service = Service(database_url, log_dir)
     service.env["DEVICEDECK_LOG_FORMAT"] = log_format
     token = service.create_token("log-reader", "read", "ingest")
@@ -39,18 +41,18 @@ def serve_and_ask(database_url: str, log_dir: Path, log_format: str) -> tuple[st
             assert client.get(f"/api/v1/devices/{device['id']}", headers=good).status_code == 200
             refused = client.get("/api/v1/nodes", headers={"Authorization": f"Bearer {BAD_TOKEN}"})
             assert refused.status_code == 401
-            # The dashboard's session cookie holds a token too.
-            client.cookies.set("devicedeck_token", token)
+            # Signed in to the dashboard: its session cookie is a secret as well.
+            session_id = sign_in(client, token).cookies["devicedeck_session"]
             assert client.get("/").status_code == 200
     finally:
         service.stop()
-    return (log_dir / "service-1.log").read_text(), token
+    return (log_dir / "service-1.log").read_text(), token, session_id
 
 
 def test_json_logs_are_one_object_a_line_with_an_access_line_per_request(
     database_url: str, tmp_path: Path
 ) -> None:
-    output, token = serve_and_ask(database_url, tmp_path, "json")
+    output, token, session_id = serve_and_ask(database_url, tmp_path, "json")
     entries = []
     for line in output.splitlines():
         if line.strip():
@@ -71,13 +73,13 @@ def test_json_logs_are_one_object_a_line_with_an_access_line_per_request(
     assert answered("GET", "/api/v1/devices/{id}", 200)["principal"] == "log-reader"
     assert answered("GET", "/api/v1/nodes", 401)["principal"] is None
     assert answered("GET", "/", 200)["principal"] == "log-reader"
-    assert token not in output and BAD_TOKEN not in output
+    assert token not in output and BAD_TOKEN not in output and session_id not in output
 
 
 def test_text_logs_have_the_access_line_as_key_value_pairs(
     database_url: str, tmp_path: Path
 ) -> None:
-    output, token = serve_and_ask(database_url, tmp_path, "text")
+    output, token, session_id = serve_and_ask(database_url, tmp_path, "text")
     access = [line for line in output.splitlines() if "logger=app.access" in line]
     assert any(
         "method=GET route=/api/v1/devices/{id} status=200 duration_ms=" in line
@@ -85,7 +87,7 @@ def test_text_logs_have_the_access_line_as_key_value_pairs(
         for line in access
     ), access
     assert any("route=/api/v1/nodes status=401" in line for line in access), access
-    assert token not in output and BAD_TOKEN not in output
+    assert token not in output and BAD_TOKEN not in output and session_id not in output
 
 
 def test_no_log_field_is_named_like_an_attribute_of_every_log_record() -> None:
