@@ -25,8 +25,9 @@ Format = Literal["json", "csv"]
 FetchPage = Callable[[Session, str | None, int], Page[dict[str, Any]]]
 
 DEVICE_COLUMNS = (
-    "id", "node", "resource", "device_id", "health", "raw_health", "health_source", "state",
-    "numa_nodes", "first_seen", "last_seen", "removed_at", "health_changed_at", "node_stale",
+    "id", "node", "resource", "device_id", "health", "raw_health", "health_source",
+    "health_detail", "state", "numa_nodes", "first_seen", "last_seen", "removed_at",
+    "health_changed_at", "node_stale",
     "allocation.namespace", "allocation.pod", "allocation.container", "allocation.pod_uid",
     "allocation.started",
 )  # fmt: skip

@@ -71,6 +71,9 @@ class DeviceOut(BaseModel):
     health: Health = Field(description="Unknown while the node is stale")
     raw_health: str | None
     health_source: str
+    # Why a device whose health is derived reads Unhealthy: not offered by the kubelet, and
+    # whether the Node's status counts it unhealthy or cannot tell (None otherwise).
+    health_detail: str | None
     state: DeviceState
     numa_nodes: list[int]
     first_seen: str | None

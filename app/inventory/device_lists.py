@@ -14,9 +14,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.inventory.derived_health import DERIVED, NotOffered, status_counts, withheld
 from app.inventory.events import EventLog
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY
-from app.inventory.models import Device, PluginRegistration
+from app.inventory.models import Device, Node, PluginRegistration
 from app.inventory.node_limits import check_node_device_limit
 from app.inventory.schemas import ListAndWatchSnapshot
 
@@ -41,6 +42,8 @@ def replace_device_list(
             select(Device).where(Device.node_id == node_id, Device.resource == snapshot.resource)
         )
     }
+    where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
+    gone = _withheld_by_status(session, node_id, snapshot, existing, now)
     new_devices: list[Device] = []
 
     def device_event(
@@ -80,7 +83,7 @@ def replace_device_list(
             new_devices.append(device)
             continue
         device.last_seen = now
-        if device.state != PRESENT:
+        if device.state != PRESENT and incoming.ID not in gone:
             device_event(
                 "device_reappeared",
                 device,
@@ -89,6 +92,7 @@ def replace_device_list(
             )
             device.state = PRESENT
             device.removed_at = None
+            device.removed_by_capacity = False
         if device.health != health:
             device_event(
                 "health_changed",
@@ -108,7 +112,11 @@ def replace_device_list(
                 after={"numa_nodes": numa},
             )
             device.numa_nodes = numa
+        if incoming.ID in gone:
+            mark_removed_by_capacity(device, now, log, **where)
     for device in existing.values():
+        # Not listed: removed by its stream, whatever the Node's status says from now on.
+        device.removed_by_capacity = False
         if device.state == PRESENT:
             device.state = REMOVED
             device.removed_at = now
@@ -140,6 +148,60 @@ def replace_device_list(
                     "numa_nodes": device.numa_nodes,
                 },
             )
+            if device.device_id in gone:
+                mark_removed_by_capacity(device, now, log, **where)
+
+
+def _withheld_by_status(
+    session: Session,
+    node_id: int,
+    snapshot: ListAndWatchSnapshot,
+    existing: dict[str, Device],
+    now: datetime,
+) -> set[str]:
+    """Devices of a derived snapshot that the Node's status counts as gone
+    (app/inventory/derived_health.py). A device's departure is when its health last turned
+    Unhealthy: now, if this snapshot turns it."""
+    if snapshot.health_source != DERIVED:
+        return set()
+    node = session.execute(select(Node.capacity, Node.allocatable).where(Node.id == node_id)).one()
+    counts = status_counts(node.capacity, node.allocatable, snapshot.resource)
+    if counts is None:
+        return set()
+    offered = 0
+    not_offered: list[NotOffered] = []
+    for incoming in snapshot.devices:
+        health = kubelet_health(incoming.health)
+        if health == HEALTHY:
+            offered += 1
+            continue
+        device = existing.get(incoming.ID)
+        if device is None or device.health != health:
+            departed = now
+        else:
+            departed = device.health_changed_at or device.first_seen
+        not_offered.append(NotOffered(incoming.ID, departed))
+    return withheld(counts, offered, not_offered)
+
+
+def mark_removed_by_capacity(device: Device, now: datetime, log: EventLog, **where: Any) -> None:
+    """Remove a device its stream still lists, as the Node's status counts it gone."""
+    device.removed_by_capacity = True
+    if device.state != PRESENT:
+        return
+    device.state = REMOVED
+    device.removed_at = now
+    log.add(
+        "device_removed",
+        **where,
+        device_id=device.device_id,
+        device_pk=device.id,
+        before={"state": PRESENT},
+        after={"state": REMOVED, "reason": REMOVED_BY_CAPACITY_REASON},
+    )
+
+
+REMOVED_BY_CAPACITY_REASON = "not offered by the kubelet, and not counted in the Node's capacity"
 
 
 def record_plugin(

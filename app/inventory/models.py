@@ -169,6 +169,9 @@ class Device(Base):
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]
     removed_at: Mapped[datetime | None]
+    # Removed although its derived stream still lists it: the Node's status counts fewer
+    # devices than the kubelet's lists show (app/inventory/derived_health.py).
+    removed_by_capacity: Mapped[bool] = mapped_column(server_default=false())
     health_changed_at: Mapped[datetime | None]
     # Current allocations of this device; kept by triggers on allocations (migration 0005).
     held: Mapped[int] = mapped_column(Integer, server_default="0")

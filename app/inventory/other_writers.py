@@ -1,6 +1,6 @@
 """Changes to rows a snapshot stream owns, made by a writer other than the stream: the cluster
-watcher ending a deleted pod's allocations, joining pod UIDs to allocations, and device health
-from pod status (KEP-4680).
+watcher ending a deleted pod's allocations, joining pod UIDs to allocations, device health
+from pod status (KEP-4680), and derived devices removed or brought back by the Node's status.
 
 The unchanged-snapshot shortcut trusts a stream's content hash to describe its rows, so every
 change here clears the owning stream's hash in the same transaction: the stream's next
@@ -18,7 +18,10 @@ from sqlalchemy import and_, exists, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from app.inventory.cluster_models import KubePod
+from app.inventory.derived_health import DERIVED, NotOffered, status_counts, withheld
+from app.inventory.device_lists import mark_removed_by_capacity
 from app.inventory.events import EventLog
+from app.inventory.fields import HEALTHY, PRESENT
 from app.inventory.models import Allocation, ClaimAllocation, Device, Node
 from app.inventory.receipts import PODRESOURCES_STREAM, forget_content_hash, listandwatch_stream
 
@@ -183,3 +186,58 @@ def apply_reported_health(
         changed_resources.add(device.resource)
     for resource in sorted(changed_resources):
         forget_content_hash(session, node_id, listandwatch_stream(resource))
+
+
+def reconsider_derived_devices(session: Session, node: Node, now: datetime, log: EventLog) -> None:
+    """Apply the Node's status, as it now is, to the node's devices whose health is derived
+    (app/inventory/derived_health.py): remove the ones it counts as gone, bring back the ones
+    it counts again. The inputs are the rows the last derived snapshot left, so the result is
+    what that snapshot's full path would give with this status."""
+    rows = session.scalars(
+        select(Device)
+        .where(
+            Device.node_id == node.id,
+            Device.health_source == DERIVED,
+            or_(Device.state == PRESENT, Device.removed_by_capacity.is_(True)),
+        )
+        .order_by(Device.resource, Device.device_id)
+    )
+    by_resource: dict[str, list[Device]] = {}
+    for device in rows:
+        by_resource.setdefault(device.resource, []).append(device)
+    for resource, devices in by_resource.items():
+        counts = status_counts(node.capacity, node.allocatable, resource)
+        offered = sum(1 for d in devices if d.health == HEALTHY)
+        gone = withheld(
+            counts,
+            offered,
+            [
+                NotOffered(d.device_id, d.health_changed_at or d.first_seen)
+                for d in devices
+                if d.health != HEALTHY
+            ],
+        )
+        where: dict[str, Any] = {"node": node.name, "resource": resource}
+        changed = False
+        for device in devices:
+            if device.device_id in gone and device.state == PRESENT:
+                mark_removed_by_capacity(device, now, log, **where)
+                changed = True
+            elif device.device_id not in gone and device.state != PRESENT:
+                log.add(
+                    "device_reappeared",
+                    **where,
+                    device_id=device.device_id,
+                    device_pk=device.id,
+                    before={"state": device.state},
+                    after={"state": PRESENT, "reason": RETURNED_BY_CAPACITY_REASON},
+                )
+                device.state = PRESENT
+                device.removed_at = None
+                device.removed_by_capacity = False
+                changed = True
+        if changed:
+            forget_content_hash(session, node.id, listandwatch_stream(resource))
+
+
+RETURNED_BY_CAPACITY_REASON = "counted again in the Node's capacity"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -23,6 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.clock import iso
+from app.inventory.derived_health import REMOVED_BY_CAPACITY_DETAIL, health_detail
 from app.inventory.errors import InvalidInput, NotFound, Problem
 from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
 from app.inventory.freshness import Freshness
@@ -182,18 +183,22 @@ def list_devices(
     columns = DEVICE_SORTS[key](health)
     order = Keyset(sort, columns, descending)
     conditions = _device_conditions(filters, clock)
-    base = select(Device, Node.name, Node.last_seen).join(Node, Node.id == Device.node_id)
+    base = select(Device, *SUMMARY_NODE_COLUMNS).join(Node, Node.id == Device.node_id)
     query = order.page_query(base.where(*conditions).add_columns(*columns), cursor, limit)
     rows, next_cursor = order.cut(
-        session.execute(query).all(), limit, lambda row: [_jsonable(v) for v in row[3:]]
+        session.execute(query).all(),
+        limit,
+        lambda row: [_jsonable(v) for v in row[1 + len(SUMMARY_NODE_COLUMNS) :]],
     )
     matching = select(Device.id).where(*conditions)
     if filters.health is not None:  # only the health filter reads the node (its last_seen)
         matching = matching.join(Node, Node.id == Device.node_id)
     count, exact = bounded_count(session, matching)
     allocations = current_allocations_by_device(session, [row[0].id for row in rows])
+    nodes = len(SUMMARY_NODE_COLUMNS)
     items = [
-        device_summary(row[0], row[1], row[2], allocations.get(row[0].id), clock) for row in rows
+        device_summary(row[0], SummaryNode(*row[1 : 1 + nodes]), allocations.get(row[0].id), clock)
+        for row in rows
     ]
     return Page(items=items, next_cursor=next_cursor, count=count, count_exact=exact)
 
@@ -227,14 +232,32 @@ def allocation_summary(allocation: Allocation | None) -> dict[str, Any] | None:
     }
 
 
+# What a device's summary reads of its node.
+SUMMARY_NODE_COLUMNS = (Node.name, Node.last_seen, Node.capacity, Node.allocatable)
+
+
+class SummaryNode(NamedTuple):
+    name: str
+    last_seen: datetime
+    capacity: dict[str, Any] | None
+    allocatable: dict[str, Any] | None
+
+
 def device_summary(
     device: Device,
-    node_name: str,
-    node_last_seen: datetime,
+    node: SummaryNode,
     allocation: Allocation | None,
     clock: Freshness,
 ) -> dict[str, Any]:
+    node_name, node_last_seen = node.name, node.last_seen
     stale = clock.is_stale(node_last_seen)
+    detail = None
+    if device.state != PRESENT:
+        detail = REMOVED_BY_CAPACITY_DETAIL if device.removed_by_capacity else None
+    elif not stale:
+        detail = health_detail(
+            device.health_source, device.health, node.capacity, node.allocatable, device.resource
+        )
     return {
         "id": device.id,
         "node": node_name,
@@ -243,6 +266,7 @@ def device_summary(
         "health": UNKNOWN if stale else device.health,
         "raw_health": device.raw_health,
         "health_source": "stale" if stale else device.health_source,
+        "health_detail": detail,
         "state": device.state,
         "numa_nodes": list(device.numa_nodes),
         "first_seen": iso(device.first_seen),
@@ -257,15 +281,15 @@ def device_summary(
 def get_device(session: Session, device_pk: int, clock: Freshness) -> dict[str, Any]:
     """A device with its health history and allocation history, newest first."""
     row = session.execute(
-        select(Device, Node.name, Node.last_seen)
+        select(Device, *SUMMARY_NODE_COLUMNS)
         .join(Node, Node.id == Device.node_id)
         .where(Device.id == device_pk)
     ).one_or_none()
     if row is None:
         raise NotFound(f"no device with id {device_pk}")
-    device, node_name, last_seen = row
+    device = row[0]
     allocations = current_allocations_by_device(session, [device.id])
-    summary = device_summary(device, node_name, last_seen, allocations.get(device.id), clock)
+    summary = device_summary(device, SummaryNode(*row[1:]), allocations.get(device.id), clock)
     summary.update(device_history(session, device.id))
     return summary
 

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.inventory.events import EventLog
 from app.inventory.models import Node
+from app.inventory.other_writers import reconsider_derived_devices
 from app.inventory.receipts import lock_node
 
 ACTOR = "kube-watcher"
@@ -38,14 +39,20 @@ def apply_node(session: Session, obj: dict[str, Any], now: datetime, log: EventL
     node = lock_node(session, obj["metadata"]["name"], now, log)
     fields = node_fields(obj)
     if node.kube_synced_at is None or any(getattr(node, k) != v for k, v in fields.items()):
+        counts_changed = node.kube_synced_at is None or any(
+            getattr(node, k) != fields[k] for k in ("capacity", "allocatable")
+        )
         for key, value in fields.items():
             setattr(node, key, value)
         node.kube_synced_at = now
+        if counts_changed:
+            reconsider_derived_devices(session, node, now, log)
     return node
 
 
-def forget_node(session: Session, name: str) -> None:
-    """The node left the cluster: its rows stay, but nothing from the API server is shown."""
+def forget_node(session: Session, name: str, now: datetime, log: EventLog) -> None:
+    """The node left the cluster: its rows stay, but nothing from the API server is shown, and
+    its derived devices lose the status's evidence."""
     node = session.scalars(select(Node).where(Node.name == name).with_for_update()).one_or_none()
     if node is None or node.kube_synced_at is None:
         return
@@ -54,12 +61,13 @@ def forget_node(session: Session, name: str) -> None:
     node.labels = None
     node.conditions = None
     node.kube_synced_at = None
+    reconsider_derived_devices(session, node, now, log)
 
 
 def apply_node_event(session: Session, event_type: str, obj: dict[str, Any], now: datetime) -> None:
     log = EventLog(at=now, actor=ACTOR)
     if event_type == "DELETED":
-        forget_node(session, obj["metadata"]["name"])
+        forget_node(session, obj["metadata"]["name"], now, log)
     else:
         apply_node(session, obj, now, log)
     log.write(session)
@@ -74,5 +82,5 @@ def apply_node_list(session: Session, items: list[dict[str, Any]], now: datetime
         select(Node.name).where(Node.kube_synced_at.is_not(None)).order_by(Node.name)
     )
     for name in [n for n in gone if n not in names]:
-        forget_node(session, name)
+        forget_node(session, name, now, log)
     log.write(session)

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from app.inventory.derived_health import NOT_OFFERED_NO_STATUS
 from app.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")
@@ -23,6 +24,7 @@ STATIC = resource_dir("static")
 
 NOTHING = "\u2013"  # an en dash stands for "no value"
 HEALTH_ICONS = {"Healthy": "✓", "Unhealthy": "✕", "Unknown": "?"}
+UNSURE_LABEL = "Unhealthy or removed"
 
 EVENT_LABELS = {
     "node_added": "Node added",
@@ -90,6 +92,14 @@ def health_class(health: Any) -> str:
 
 def health_icon(health: Any) -> str:
     return HEALTH_ICONS.get(str(health), "?")
+
+
+def health_label(device: Any) -> str:
+    """The word a device's health badge shows: a derived Unhealthy that the Node's status
+    cannot confirm is not called plainly Unhealthy."""
+    if device.get("health_detail") == NOT_OFFERED_NO_STATUS:
+        return UNSURE_LABEL
+    return str(device.get("health"))
 
 
 def number(value: Any) -> str:
@@ -185,6 +195,7 @@ def build_environment() -> Environment:
     env.filters.update(
         health_class=health_class,
         health_icon=health_icon,
+        health_label=health_label,
         number=number,
         event_label=event_label,
         event_tone=event_tone,

@@ -1,0 +1,261 @@
+"""Derived health weighed against the Node's status, with the simulated API server: a device
+the kubelet no longer offers on an untapped node is unhealthy while capacity still counts it,
+removed when capacity falls, back when it is offered or counted again; without a Node status
+it says it may be either."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from app.clock import utcnow
+
+from .conftest import StartApp, wait_for
+from .fake_apiserver import FakeApiServer
+from .objects import node
+
+GPU = "example.com/gpu"
+NODE = "node-a"
+AGENT = "agent-a"
+ACTOR = f"{AGENT}@{NODE}"
+NO_STATUS_WORDS = "Not offered by the kubelet: may be unhealthy or removed"
+
+Snapshot = Callable[[dict[str, str]], dict[str, Any]]
+
+
+class Cluster:
+    """The service, its agent's token, and the simulated API server holding node-a."""
+
+    def __init__(self, client: TestClient, fake_api: FakeApiServer, agent: str, reader: str):
+        self.client = client
+        self.fake_api = fake_api
+        self.agent = {"Authorization": f"Bearer {agent}"}
+        self.reader = {"Authorization": f"Bearer {reader}"}
+        self.seq = 0
+
+    def derived(self, devices: dict[str, str]) -> dict[str, Any]:
+        """Post the agent's derived device list for node-a (what the kubelet offers is Healthy)."""
+        self.seq += 1
+        body = {
+            "node": NODE,
+            "resource": GPU,
+            "source": {"boot_id": "boot-1", "seq": self.seq},
+            "observed_at": utcnow().isoformat(),
+            "health_source": "derived",
+            "devices": [{"ID": d, "health": h} for d, h in devices.items()],
+        }
+        response = self.client.post("/api/v1/ingest/listandwatch", json=body, headers=self.agent)
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    def status(self, capacity: int, allocatable: int) -> None:
+        self.fake_api.put(
+            "nodes", node(NODE, capacity={GPU: str(capacity)}, allocatable={GPU: str(allocatable)})
+        )
+
+    def synced(self, capacity: int, allocatable: int) -> None:
+        """Wait until the service holds this Node status."""
+
+        def seen() -> bool:
+            detail = self.client.get(f"/api/v1/nodes/{NODE}", headers=self.reader)
+            if detail.status_code != 200:
+                return False
+            body = detail.json()
+            return bool(
+                body["kube_synced_at"]
+                and body["capacity"].get(GPU) == str(capacity)
+                and body["allocatable"].get(GPU) == str(allocatable)
+            )
+
+        wait_for(seen, what=f"node status capacity {capacity}, allocatable {allocatable}")
+
+    def devices(self) -> dict[str, dict[str, Any]]:
+        response = self.client.get(
+            "/api/v1/devices",
+            params={"node": NODE, "state": "any", "limit": 100},
+            headers=self.reader,
+        )
+        assert response.status_code == 200, response.text
+        return {d["device_id"]: d for d in response.json()["results"]}
+
+    def device(self, device_id: str) -> dict[str, Any]:
+        pk = self.devices()[device_id]["id"]
+        response = self.client.get(f"/api/v1/devices/{pk}", headers=self.reader)
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    def state_of(self, device_id: str) -> tuple[str, str]:
+        found = self.devices()[device_id]
+        return found["state"], found["health"]
+
+    def events(self, kind: str, device_id: str) -> list[dict[str, Any]]:
+        response = self.client.get(
+            "/api/v1/events",
+            params={"node": NODE, "kind": kind, "limit": 100},
+            headers=self.reader,
+        )
+        assert response.status_code == 200, response.text
+        return [e for e in response.json()["results"] if e["device_id"] == device_id]
+
+
+def _cluster(
+    start_app: StartApp, fake_api: FakeApiServer, make_token: Callable[..., str]
+) -> Cluster:
+    agent = make_token("ingest", name=AGENT, node=NODE)
+    reader = make_token("read", name="reader")
+    return Cluster(start_app(), fake_api, agent, reader)
+
+
+FOUR = {f"gpu-{i}": "Healthy" for i in range(4)}
+
+
+def test_an_unplugged_device_is_removed_once_capacity_falls(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _cluster(start_app, fake_api, make_token)
+    cluster.status(4, 4)
+    cluster.synced(4, 4)
+    cluster.derived(FOUR)
+
+    # The kubelet stops offering gpu-3 before its Node status says why: nothing is judged yet.
+    cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
+    assert cluster.state_of("gpu-3") == ("present", "Unhealthy")
+
+    # Capacity and allocatable fall together: it was unplugged.
+    cluster.status(3, 3)
+    wait_for(lambda: cluster.state_of("gpu-3")[0] == "removed", what="gpu-3 removed")
+    assert {d: s["state"] for d, s in cluster.devices().items()} == {
+        "gpu-0": "present",
+        "gpu-1": "present",
+        "gpu-2": "present",
+        "gpu-3": "removed",
+    }
+    removed = cluster.events("device_removed", "gpu-3")
+    assert [e["actor"] for e in removed] == ["kube-watcher"]
+    assert "capacity" in removed[0]["after"]["reason"]
+    assert "no longer counted in the Node's capacity" in cluster.device("gpu-3")["health_detail"]
+
+    # The agent still lists it (it remembers what it saw): the next snapshot, unchanged or
+    # not, leaves it removed and brings nothing back.
+    cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
+    cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
+    assert cluster.state_of("gpu-3") == ("removed", "Unhealthy")
+    assert cluster.events("device_reappeared", "gpu-3") == []
+
+    # Plugged in again: offered, so present and Healthy, credited to the agent.
+    cluster.derived(FOUR)
+    assert cluster.state_of("gpu-3") == ("present", "Healthy")
+    assert [e["actor"] for e in cluster.events("device_reappeared", "gpu-3")] == [ACTOR]
+    cluster.status(4, 4)
+    cluster.synced(4, 4)
+    assert cluster.state_of("gpu-3") == ("present", "Healthy")
+
+
+def test_a_snapshot_after_the_status_removes_it_and_names_the_agent(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _cluster(start_app, fake_api, make_token)
+    cluster.status(4, 4)
+    cluster.synced(4, 4)
+    cluster.derived(FOUR)
+
+    # The Node status arrives first: it does not match the device list yet, so nothing moves.
+    cluster.status(3, 3)
+    cluster.synced(3, 3)
+    assert cluster.state_of("gpu-3") == ("present", "Healthy")
+
+    result = cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
+    assert result["removed"] == 1
+    assert cluster.state_of("gpu-3") == ("removed", "Unhealthy")
+    assert [e["actor"] for e in cluster.events("device_removed", "gpu-3")] == [ACTOR]
+
+
+def test_an_unhealthy_device_stays_present_and_unhealthy(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _cluster(start_app, fake_api, make_token)
+    cluster.status(4, 4)
+    cluster.synced(4, 4)
+    cluster.derived(FOUR)
+
+    # Capacity unchanged, allocatable down: the kubelet counts it unhealthy.
+    cluster.derived(FOUR | {"gpu-2": "Unhealthy"})
+    cluster.status(4, 3)
+    cluster.synced(4, 3)
+    cluster.derived(FOUR | {"gpu-2": "Unhealthy"})
+    device = cluster.device("gpu-2")
+    assert (device["state"], device["health"], device["health_source"]) == (
+        "present",
+        "Unhealthy",
+        "derived",
+    )
+    assert device["health_detail"] == (
+        "Not offered by the kubelet; the Node's status counts 1 of its 4 devices unhealthy"
+    )
+    assert cluster.events("device_removed", "gpu-2") == []
+
+
+def test_the_latest_departure_goes_when_capacity_falls_and_returns_when_it_rises(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _cluster(start_app, fake_api, make_token)
+    cluster.status(4, 2)
+    cluster.synced(4, 2)
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-2": "Unhealthy"})
+    assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
+    assert cluster.state_of("gpu-2") == ("present", "Unhealthy")
+
+    # One of the two is gone; the counts cannot say which, so the later departure goes.
+    cluster.status(3, 2)
+    wait_for(lambda: cluster.state_of("gpu-2")[0] == "removed", what="gpu-2 removed")
+    assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
+
+    # Capacity rises again while neither is offered: it is counted, so it is back.
+    cluster.status(4, 2)
+    wait_for(lambda: cluster.state_of("gpu-2")[0] == "present", what="gpu-2 back")
+    returned = cluster.events("device_reappeared", "gpu-2")
+    assert [e["actor"] for e in returned] == ["kube-watcher"]
+    assert cluster.state_of("gpu-2") == ("present", "Unhealthy")
+
+
+def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _cluster(start_app, fake_api, make_token)
+    cluster.derived(FOUR)
+    cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
+
+    listed = cluster.devices()["gpu-3"]
+    device = cluster.device("gpu-3")
+    for answer in (listed, device):
+        assert (answer["state"], answer["health"], answer["health_source"]) == (
+            "present",
+            "Unhealthy",
+            "derived",
+        )
+        assert answer["health_detail"].startswith(NO_STATUS_WORDS)
+    assert cluster.devices()["gpu-0"]["health_detail"] is None
+    export = cluster.client.get(
+        "/api/v1/devices", params={"node": NODE, "format": "csv"}, headers=cluster.reader
+    )
+    assert NO_STATUS_WORDS in export.text
+
+    cluster.client.cookies.set("devicedeck_token", cluster.reader["Authorization"][7:])
+    for page in (f"/devices/{device['id']}", f"/nodes/{NODE}", f"/devices?node={NODE}"):
+        response = cluster.client.get(page)
+        assert response.status_code == 200
+        assert NO_STATUS_WORDS in response.text, page
+        assert "Unhealthy or removed" in response.text, page
+
+    # The Node appears in the cluster, one device short: now it is known to be gone ...
+    cluster.status(3, 3)
+    wait_for(lambda: cluster.state_of("gpu-3")[0] == "removed", what="gpu-3 removed")
+    # ... and when the Node leaves the cluster, the evidence goes with it.
+    fake_api.delete("nodes", NODE)
+    wait_for(lambda: cluster.state_of("gpu-3")[0] == "present", what="gpu-3 back")
+    assert cluster.device("gpu-3")["health_detail"].startswith(NO_STATUS_WORDS)
