@@ -29,6 +29,7 @@ from typing import TextIO
 from app.demo.agent_credentials import AgentCredentials
 from app.demo.processes import Child, Children, wait_for
 from app.demo.topology import (
+    DEMO_FAULT_SECONDS,
     DRA_NODE,
     TOPOLOGY,
     NodeSpec,
@@ -405,6 +406,15 @@ class Demo:
             self.say(
                 f"  node {node.name:<9} {plugins}   (kubelet root {layout.kubelet_root(node)})"
             )
+            for plugin in node.plugins:
+                faults = [f"{d} fails" for d in plugin.made_unhealthy]
+                faults += [f"{d} is unplugged" for d in plugin.unplugged]
+                if faults:
+                    self.say(
+                        f"    {plugin.resource} health is derived from the kubelet: after "
+                        f"{DEMO_FAULT_SECONDS:g} s {' and '.join(faults)}; the Node's status "
+                        "tells which is which"
+                    )
         if layout.kubelet_dir.parent != layout.data_dir:
             self.say(
                 f"  (kubelet roots are in {layout.kubelet_dir}, as unix socket paths "

@@ -35,6 +35,9 @@ AGENT_MAX_BACKOFF_SECONDS = 2.0
 # Separate sim-plugin containers cannot be flapped by the workload (it reaches plugins
 # only in-process), so in compose each plugin flaps its own devices about this often.
 COMPOSE_FLAP_INTERVAL_SECONDS = 45.0
+# When the demo's scripted device faults happen, after a node starts: late enough for the
+# agent to have seen the devices, soon enough to watch it happen.
+DEMO_FAULT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,27 @@ class PluginSpec:
     count: int
     profile: str
     tap: bool = False
+    # Health-script lines "AT_SECONDS DEVICE_ID ACTION", run from the plugin's start.
+    events: tuple[str, ...] = ()
+
+    @property
+    def unplugged(self) -> tuple[str, ...]:
+        """Devices the events leave unplugged."""
+        state: dict[str, str] = {}
+        for line in self.events:
+            _, device, action = line.split()
+            if action in ("unplug", "plug"):
+                state[device] = action
+        return tuple(d for d, action in state.items() if action == "unplug")
+
+    @property
+    def made_unhealthy(self) -> tuple[str, ...]:
+        """Devices the events leave Unhealthy (and plugged in)."""
+        state: dict[str, str] = {}
+        for line in self.events:
+            _, device, action = line.split()
+            state[device] = action
+        return tuple(d for d, action in state.items() if action == "Unhealthy")
 
     @property
     def numa(self) -> int:
@@ -78,7 +102,20 @@ TOPOLOGY: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         "dongle-b",
-        (PluginSpec("dongle", "example.com/dongle", 6, "dongle"),),
+        # Untapped, so health is derived: one dongle fails (the Node's capacity still counts
+        # it) and one is pulled out (capacity falls), and the service tells them apart.
+        (
+            PluginSpec(
+                "dongle",
+                "example.com/dongle",
+                6,
+                "dongle",
+                events=(
+                    f"{DEMO_FAULT_SECONDS:g} dongle-4 Unhealthy",
+                    f"{DEMO_FAULT_SECONDS:g} dongle-5 unplug",
+                ),
+            ),
+        ),
         workload_seed=22,
     ),
     NodeSpec(
@@ -123,6 +160,9 @@ def sim_node_args(node: NodeSpec, root: Path | str, kubeconfig: Path | str) -> l
     args += ["--kubeconfig", str(kubeconfig)]
     for plugin in node.plugins:
         args += ["--plugin", plugin.sim_node_arg]
+    for plugin in node.plugins:
+        for line in plugin.events:
+            args += ["--health-event", f"{plugin.resource} {line}"]
     args += [
         "--workload",
         str(node.workload_seed),
@@ -184,6 +224,7 @@ def sim_plugin_args(node: NodeSpec, plugin: PluginSpec, root: Path | str) -> lis
         str(DEVICE_ID_SEED),
         "--flap-interval",
         f"{COMPOSE_FLAP_INTERVAL_SECONDS:g}",
+        *(arg for line in plugin.events for arg in ("--health-event", line)),
     ]
 
 

@@ -26,8 +26,8 @@ from app.sim.kubelet import SimKubelet
 from app.sim.kubelet.control import ControlServer
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
 from app.sim.kubelet.topology import DEFAULT_POLICY, POLICIES
-from app.sim.node import PluginSpec, SimNode
-from app.sim.plugin import DEFAULT_NODE_NAME
+from app.sim.node import PluginSpec, SimNode, parse_node_health_event
+from app.sim.plugin import DEFAULT_NODE_NAME, HealthEvent
 from app.sim.workload import DEFAULT_INTERVAL_SECONDS
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,15 @@ def register(subparsers: Any) -> None:
         help="NUMA nodes for every plugin (default: 2 for gpu and mig, none for dongle)",
     )
     node.add_argument("--seed", type=int, default=0, help="seed for device ids (default 0)")
+    node.add_argument(
+        "--health-event",
+        action="append",
+        default=[],
+        type=_health_event,
+        metavar="'RESOURCE AT_SECONDS DEVICE_ID ACTION'",
+        help="change a device after start: Healthy|Unhealthy|unplug|plug, DEVICE_ID may be #N "
+        "(repeatable)",
+    )
     node.add_argument(
         "--node",
         default=DEFAULT_NODE_NAME,
@@ -147,6 +156,13 @@ def _plugin_spec(text: str) -> PluginSpec:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def _health_event(text: str) -> tuple[str, HealthEvent]:
+    try:
+        return parse_node_health_event(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def _configure_logging(level: str) -> None:
     configure_logging_once(level)
 
@@ -189,6 +205,7 @@ def run_node(args: argparse.Namespace) -> int:
             numa_nodes=args.numa,
             seed=args.seed,
             node_name=args.node,
+            health_events=args.health_event,
             **_cluster_options(args),
         )
     except ValueError as e:

@@ -22,7 +22,14 @@ from app.sim.kubeclient import KubeClient
 from app.sim.kubelet import SimKubelet
 from app.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
 from app.sim.kubelet.topology import DEFAULT_POLICY
-from app.sim.plugin import DEFAULT_NODE_NAME, PROFILES, SimDevicePlugin
+from app.sim.plugin import (
+    DEFAULT_NODE_NAME,
+    PROFILES,
+    HealthDriver,
+    HealthEvent,
+    SimDevicePlugin,
+    parse_health_event,
+)
 from app.sim.workload import DEFAULT_INTERVAL_SECONDS, Workload
 
 log = logging.getLogger(__name__)
@@ -53,6 +60,14 @@ class PluginSpec:
         if profile not in PROFILES:
             raise ValueError(f"plugin {text!r}: PROFILE must be one of {', '.join(PROFILES)}")
         return cls(resource, int(count_text), profile)
+
+
+def parse_node_health_event(text: str) -> tuple[str, HealthEvent]:
+    """ "RESOURCE AT_SECONDS DEVICE ACTION": one health-script line for one plugin."""
+    resource, _, line = text.strip().partition(" ")
+    if not line:
+        raise ValueError(f"expected 'RESOURCE AT_SECONDS DEVICE_ID ACTION', got {text!r}")
+    return resource, parse_health_event(line)
 
 
 class _PluginControls:
@@ -86,11 +101,15 @@ class SimNode:
         node_name: str = DEFAULT_NODE_NAME,
         kube_client: KubeClient | None = None,
         topology_policy: str = DEFAULT_POLICY,
+        health_events: Sequence[tuple[str, HealthEvent]] = (),
     ) -> None:
         resources = [p.resource for p in plugins]
         duplicates = sorted({r for r in resources if resources.count(r) > 1})
         if duplicates:
             raise ValueError(f"one plugin per resource; repeated: {', '.join(duplicates)}")
+        unknown = sorted({r for r, _ in health_events if r not in resources})
+        if unknown:
+            raise ValueError(f"health events for resources without a plugin: {', '.join(unknown)}")
         self.root = Path(root)
         self.kubelet = SimKubelet(
             self.root,
@@ -113,6 +132,14 @@ class SimNode:
             )
             for spec in plugins
         }
+        self.drivers = [
+            HealthDriver(plugin, events=[e for r, e in health_events if r == resource])
+            for resource, plugin in self.plugins.items()
+        ]
+        # The workload's flaps leave the scripted devices to the script.
+        scripted: dict[str, set[str]] = {}
+        for resource, event in health_events:
+            scripted.setdefault(resource, set()).add(self.plugins[resource].resolve(event.device))
         self.workload: Workload | None = None
         if workload_seed is not None:
             self.workload = Workload(
@@ -120,6 +147,7 @@ class SimNode:
                 self.plugins,
                 seed=workload_seed,
                 interval_seconds=workload_interval,
+                scripted=scripted,
             )
         self._started: list[SimDevicePlugin] = []
 
@@ -133,6 +161,8 @@ class SimNode:
             for plugin in self._started:
                 if not plugin.wait_for_registration(timeout=REGISTRATION_WAIT_SECONDS):
                     raise RuntimeError(f"plugin {plugin.resource_name} did not register")
+            for driver in self.drivers:
+                driver.start()
             if self.workload is not None:
                 self.workload.start()
         except BaseException:
@@ -150,6 +180,8 @@ class SimNode:
     def stop(self) -> None:
         if self.workload is not None:
             self.workload.stop()
+        for driver in self.drivers:
+            driver.stop()
         # Kubelet first: a node shutting down is not a plugin failure, so the checkpoint
         # must not record the plugins' streams ending.
         self.kubelet.stop()

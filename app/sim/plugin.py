@@ -214,12 +214,21 @@ def parse_health_script(text: str) -> list[HealthEvent]:
     return sorted(events, key=lambda e: e.at_seconds)
 
 
+def parse_health_event(text: str) -> HealthEvent:
+    """One script line, "AT_SECONDS DEVICE Healthy|Unhealthy|unplug|plug", as an option gives it."""
+    events = parse_health_script(text)
+    if len(events) != 1 or "\n" in text:
+        raise ValueError(f"expected one 'AT_SECONDS DEVICE_ID ACTION', got {text!r}")
+    return events[0]
+
+
 class HealthDriver:
     """Changes a plugin's devices over time from a script and/or seeded random flaps.
 
     Owns one thread; stop() wakes it at once. With a flap interval, every interval
     (jittered +/-50%, from the seeded generator, so a seed replays the same sequence)
-    one random present device toggles between Healthy and Unhealthy.
+    one random present device toggles between Healthy and Unhealthy; devices the script
+    names are left to the script, so what it sets stays set.
     """
 
     def __init__(
@@ -277,7 +286,8 @@ class HealthDriver:
         return self._flap_interval * self._random.uniform(0.5, 1.5)
 
     def _flap(self) -> None:
-        devices = self._plugin.devices()
+        scripted = {self._plugin.resolve(e.device) for e in self._events}
+        devices = [d for d in self._plugin.devices() if d.id not in scripted]
         if not devices:
             return
         device = self._random.choice(devices)

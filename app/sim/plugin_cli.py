@@ -22,6 +22,7 @@ from app.sim.plugin import (
     HealthDriver,
     HealthEvent,
     SimDevicePlugin,
+    parse_health_event,
     parse_health_script,
 )
 
@@ -62,6 +63,13 @@ def register(subparsers: Any) -> None:
         help="lines 'AT_SECONDS DEVICE_ID Healthy|Unhealthy|unplug|plug' (DEVICE_ID may be #N)",
     )
     parser.add_argument(
+        "--health-event",
+        action="append",
+        default=[],
+        metavar="'AT_SECONDS DEVICE_ID ACTION'",
+        help="one line of a health script, as an option (repeatable)",
+    )
+    parser.add_argument(
         "--pre-start-required", action="store_true", help="ask for PreStartContainer"
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -74,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.health_script is not None:
             events = parse_health_script(args.health_script.read_text())
+        events += [parse_health_event(line) for line in args.health_event]
         plugin = SimDevicePlugin(
             args.resource,
             root=args.root,

@@ -71,6 +71,7 @@ class Workload:
         seed: int,
         interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
         max_pods: int = DEFAULT_MAX_PODS,
+        scripted: Mapping[str, set[str]] | None = None,
     ) -> None:
         if interval_seconds <= 0:
             raise ValueError("workload interval must be positive")
@@ -78,6 +79,8 @@ class Workload:
         self._plugins = dict(sorted(plugins.items()))
         self._random = random.Random(seed)
         self._interval = interval_seconds
+        # Devices a health script drives: never flapped, so what the script sets stays.
+        self._scripted = {r: set(ids) for r, ids in (scripted or {}).items()}
         self._max_pods = max_pods
         self._step = 0
         self._recoveries: list[_Recovery] = []
@@ -170,7 +173,10 @@ class Workload:
         rng = self._random
         resource = rng.choice(list(self._plugins))
         plugin = self._plugins[resource]
-        healthy = sorted(d.id for d in plugin.devices() if d.health == HEALTHY)
+        scripted = self._scripted.get(resource, set())
+        healthy = sorted(
+            d.id for d in plugin.devices() if d.health == HEALTHY and d.id not in scripted
+        )
         free = {d.id for d in self._kubelet.manager.free_healthy_devices(resource)}
         if len(free) <= reserved(len(plugin.devices())):
             healthy = [i for i in healthy if i not in free]

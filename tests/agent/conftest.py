@@ -79,8 +79,8 @@ def api_for() -> Iterator[Callable[[RunningService], Api]]:
 def sim_node(work_dir: Path) -> Iterator[Callable[..., SimNode]]:
     started: list[SimNode] = []
 
-    def start(plugins: Sequence[str], root: Path | None = None) -> SimNode:
-        node = SimNode(root or work_dir / "kubelet", plugins, work_dir)
+    def start(plugins: Sequence[str], root: Path | None = None, *extra: str) -> SimNode:
+        node = SimNode(root or work_dir / "kubelet", plugins, work_dir, extra)
         started.append(node)
         node.start()
         return node

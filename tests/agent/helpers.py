@@ -164,9 +164,12 @@ class Service:
 class SimNode:
     """`devicedeck sim-node` on a kubelet root; restartable (a kubelet restart)."""
 
-    def __init__(self, root: Path, plugins: Sequence[str], log_dir: Path) -> None:
+    def __init__(
+        self, root: Path, plugins: Sequence[str], log_dir: Path, extra: Sequence[str] = ()
+    ) -> None:
         self.root = root
         self.plugins = list(plugins)
+        self.extra = list(extra)
         # RESOURCE:COUNT[:PROFILE] -> the device count the node must report before use.
         self.expected = {p.split(":")[0]: int(p.split(":")[1]) for p in plugins}
         self._log_dir = log_dir
@@ -178,6 +181,7 @@ class SimNode:
         argv = [DEVICEDECK, "sim-node", "--root", str(self.root)]
         for plugin in self.plugins:
             argv += ["--plugin", plugin]
+        argv += self.extra
         self._process = Process(f"sim-node-{self.starts}", argv, self._log_dir, base_env())
         self._process.start()
         try:

@@ -98,6 +98,10 @@ def test_devices_pods_and_health_reach_the_service(
             message=f"{device} Unhealthy (derived)",
         )
     assert api.devices(node_name)[(GPU, pulled)]["state"] == "present"
+    # Without the Node's status (no cluster access) the service cannot tell which, and says so.
+    for device in (sick, pulled):
+        detail = api.devices(node_name)[(GPU, device)]["health_detail"]
+        assert detail.startswith("Not offered by the kubelet: may be unhealthy or removed")
 
     health = httpx.get(f"http://127.0.0.1:{metrics_port}/healthz", timeout=5).json()
     assert health["status"] == "ok" and health["taps_connected"] == [DONGLE]

@@ -218,7 +218,39 @@ def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
         )
 
     wait_until(dra_shows, DATA_TIMEOUT, "the simulated DRA driver's devices")
-    return {"node": cluster_node, "detail": detail, "dra": dra}
+    return {"node": cluster_node, "detail": detail, "dra": dra, "faults": scripted_faults(port)}
+
+
+def scripted_faults(port: int) -> dict[str, dict[str, Any]]:
+    """The devices the demo fails and unplugs on its untapped node, once the service has told
+    them apart, by device ID."""
+    wanted = {
+        (node.name, plugin.resource): plugin
+        for node in TOPOLOGY
+        for plugin in node.plugins
+        if plugin.unplugged or plugin.made_unhealthy
+    }
+    found: dict[str, dict[str, Any]] = {}
+
+    def told_apart() -> bool:
+        found.clear()
+        for (node, resource), plugin in wanted.items():
+            query = urllib.parse.urlencode({"node": node, "resource": resource, "state": "any"})
+            for device in get(port, f"/api/v1/devices?{query}")["results"]:
+                if device["device_id"] in plugin.unplugged + plugin.made_unhealthy:
+                    found[device["device_id"]] = device
+        states = {d: (found[d]["state"], found[d]["health"]) for d in found}
+        return all(
+            states.get(d, ("",))[0] == "removed" for p in wanted.values() for d in p.unplugged
+        ) and all(
+            states.get(d) == ("present", "Unhealthy")
+            for p in wanted.values()
+            for d in p.made_unhealthy
+        )
+
+    # The faults come DEMO_FAULT_SECONDS after the nodes start.
+    wait_until(told_apart, DATA_TIMEOUT + 60, f"the demo's device faults told apart: {found}")
+    return found
 
 
 def run_demo_until_data(
@@ -289,7 +321,9 @@ def test_demo_shows_three_nodes_with_devices_and_pods_then_stops_on_sigint(
     for node in TOPOLOGY:
         resources = first_run.nodes[node.name]["resources"]
         for plugin in node.plugins:
-            assert resources[plugin.resource]["devices"] == plugin.count, (node.name, plugin)
+            # An unplugged device counts until the demo pulls it out.
+            present = resources[plugin.resource]["devices"]
+            assert present in (plugin.count, plugin.count - len(plugin.unplugged)), plugin
     # An API server, a service, a DRA driver, three sim-nodes and three agents; all gone once
     # the demo returned.
     assert len(first_run.children) == 3 + 2 * len(TOPOLOGY)
@@ -335,6 +369,24 @@ def test_agents_write_as_their_service_account_bound_to_their_node(first_run: Ru
         n.name: f"system:serviceaccount:devicedeck-agent:devicedeck-agent@{n.name}"
         for n in TOPOLOGY
     }
+
+
+def test_the_demo_tells_an_unplugged_device_from_an_unhealthy_one(first_run: Run) -> None:
+    """On the untapped node one dongle fails and one is pulled out: the Node's status, kept
+    by the simulated kubelet, has the service remove the one and keep the other Unhealthy."""
+    faults = first_run.cluster["faults"]
+    plugin = next(p for n in TOPOLOGY for p in n.plugins if p.unplugged)
+    for device_id in plugin.unplugged:
+        assert faults[device_id]["state"] == "removed"
+        assert "Node's capacity" in faults[device_id]["health_detail"]
+    for device_id in plugin.made_unhealthy:
+        device = faults[device_id]
+        assert (device["state"], device["health"], device["health_source"]) == (
+            "present",
+            "Unhealthy",
+            "derived",
+        )
+        assert "the Node's status counts" in device["health_detail"]
 
 
 def test_second_run_continues_with_the_same_data(first_run: Run, data_dir: Path) -> None:

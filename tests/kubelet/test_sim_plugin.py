@@ -17,12 +17,14 @@ import pytest
 from app.kubelet.deviceplugin import HEALTHY, UNHEALTHY
 from app.kubelet.paths import KubeletPaths, unix_target
 from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
+from app.sim.node import parse_node_health_event
 from app.sim.plugin import (
     HealthDriver,
     HealthEvent,
     SimDevicePlugin,
     device_id_for,
     numa_node_for,
+    parse_health_event,
     parse_health_script,
 )
 
@@ -192,6 +194,40 @@ def flap_sequence(root: KubeletPaths, seed: int) -> list[tuple[str, str]]:
         driver.stop()
         plugin.stop()
     return changes
+
+
+def test_one_health_event_as_an_option() -> None:
+    assert parse_health_event("30 dongle-4 Unhealthy") == HealthEvent(30.0, "dongle-4", UNHEALTHY)
+    assert parse_node_health_event("example.com/dongle 30 #5 unplug") == (
+        "example.com/dongle",
+        HealthEvent(30.0, "#5", "unplug"),
+    )
+    for bad in ("30 dongle-4", "30 dongle-4 Unhealthy\n31 dongle-4 Healthy", ""):
+        with pytest.raises(ValueError):
+            parse_health_event(bad)
+    with pytest.raises(ValueError, match="RESOURCE AT_SECONDS"):
+        parse_node_health_event("example.com/dongle")
+
+
+def test_flaps_leave_the_devices_a_script_drives_alone(kubelet_root: KubeletPaths) -> None:
+    plugin = make_plugin(kubelet_root, "dongle", count=2, seed=1)
+    # The script acts only much later: until then, every flap must take dongle-0.
+    driver = HealthDriver(
+        plugin, events=[HealthEvent(3600, "#1", UNHEALTHY)], flap_interval=0.005, seed=1
+    )
+    plugin.start()
+    try:
+        with grpc.insecure_channel(unix_target(plugin.socket_path)) as channel:
+            stream = list_and_watch(channel)
+            next(stream)
+            driver.start()
+            seen = [{d.ID: d.health for d in next(stream).devices} for _ in range(4)]
+            stream.cancel()
+    finally:
+        driver.stop()
+        plugin.stop()
+    assert all(devices["dongle-1"] == HEALTHY for devices in seen)
+    assert {devices["dongle-0"] for devices in seen} == {HEALTHY, UNHEALTHY}
 
 
 def test_flaps_replay_for_a_seed(kubelet_root: KubeletPaths) -> None:

@@ -13,7 +13,7 @@ import pytest
 from app.sim import ctl
 from app.sim.commands import main
 from app.sim.kubelet.control import call, control_socket_path
-from app.sim.node import PluginSpec, SimNode
+from app.sim.node import PluginSpec, SimNode, parse_node_health_event
 from app.sim.workload import WORKLOAD_NAMESPACES
 
 from .helpers import RecordingPlugin, list_pods, wait_until
@@ -182,3 +182,28 @@ def test_workload_leaves_a_quarter_of_each_resource_for_pods_by_hand(root: Path)
         )
         [container] = pod["containers"]
         assert len(container["devices"]["nvidia.com/gpu"]["device_ids"]) == 2
+
+
+def test_health_events_run_and_the_workload_leaves_their_devices_alone(root: Path) -> None:
+    """The demo's untapped node: devices a health script drives are never flapped by the
+    workload, so what the script sets stays set."""
+    events = [
+        parse_node_health_event("example.com/dongle 0.2 #3 unplug"),
+        parse_node_health_event("example.com/dongle 3600 dongle-2 Unhealthy"),
+    ]
+    specs = [PluginSpec("example.com/dongle", 4)]
+    with SimNode(root, specs, workload_seed=22, workload_interval=3600, health_events=events) as (
+        node
+    ):
+        assert node.workload is not None
+        manager = node.kubelet.manager
+        wait_until(lambda: manager.capacity() == {"example.com/dongle": 3})
+        flapped: set[str] = set()
+        for _ in range(80):
+            node.workload.step()
+            health = {d.id: d.health for d in manager.devices("example.com/dongle")}
+            assert "dongle-3" not in health
+            flapped |= {i for i, h in health.items() if h == "Unhealthy"}
+        assert flapped and "dongle-2" not in flapped
+    with pytest.raises(ValueError, match="without a plugin"):
+        SimNode(root, specs, health_events=[("example.com/other", events[0][1])])
