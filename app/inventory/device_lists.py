@@ -1,8 +1,10 @@
 """The ListAndWatch stream: one (node, resource)'s device list, as its device plugin reports it.
 
 A snapshot replaces the whole list, as the kubelet does with each ListAndWatch message: devices
-missing from it become removed, and come back if they reappear. The stream also owns the
-plugin's registration. Other writers change these rows only through `apply_pod_status_health`,
+missing from it become removed, and come back if they reappear. A derived list (no tap) is
+also weighed against the Node's status (app/inventory/derived_health.py): a device it still
+lists may be removed because capacity no longer counts it. The stream also owns the plugin's
+registration. Other writers change these rows only through app/inventory/other_writers.py,
 which keeps the stream's receipt consistent.
 """
 

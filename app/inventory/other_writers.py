@@ -230,7 +230,10 @@ def reconsider_derived_devices(session: Session, node: Node, now: datetime, log:
                     device_id=device.device_id,
                     device_pk=device.id,
                     before={"state": device.state},
-                    after={"state": PRESENT, "reason": RETURNED_BY_CAPACITY_REASON},
+                    after={
+                        "state": PRESENT,
+                        "reason": RETURNED_REASON if counts is not None else NO_STATUS_REASON,
+                    },
                 )
                 device.state = PRESENT
                 device.removed_at = None
@@ -240,4 +243,5 @@ def reconsider_derived_devices(session: Session, node: Node, now: datetime, log:
             forget_content_hash(session, node.id, listandwatch_stream(resource))
 
 
-RETURNED_BY_CAPACITY_REASON = "counted again in the Node's capacity"
+RETURNED_REASON = "counted again in the Node's capacity"
+NO_STATUS_REASON = "no Node status any more to tell it removed"

@@ -255,6 +255,8 @@ def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(
     # The Node appears in the cluster, one device short: now it is known to be gone ...
     cluster.status(3, 3)
     wait_for(lambda: cluster.state_of("gpu-3")[0] == "removed", what="gpu-3 removed")
+    events_page = cluster.client.get(f"/events?node={NODE}")
+    assert "not counted in the Node&#39;s capacity" in events_page.text
     # ... and when the Node leaves the cluster, the evidence goes with it.
     fake_api.delete("nodes", NODE)
     wait_for(lambda: cluster.state_of("gpu-3")[0] == "present", what="gpu-3 back")
