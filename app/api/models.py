@@ -53,6 +53,7 @@ class DeviceOut(BaseModel):
             "health": "Healthy",
             "raw_health": "Healthy",
             "health_source": "plugin",
+            "health_detail": None,
             "state": "present",
             "numa_nodes": [0],
             "first_seen": EARLIER,
@@ -71,9 +72,11 @@ class DeviceOut(BaseModel):
     health: Health = Field(description="Unknown while the node is stale")
     raw_health: str | None
     health_source: str
-    # Why a device whose health is derived reads Unhealthy: not offered by the kubelet, and
-    # whether the Node's status counts it unhealthy or cannot tell (None otherwise).
-    health_detail: str | None
+    health_detail: str | None = Field(
+        description="Why a device whose health is derived reads Unhealthy (not offered by the "
+        "kubelet; what the Node's status counts, or that without it the device may be unhealthy "
+        "or removed), or was removed by the Node's capacity; null otherwise"
+    )
     state: DeviceState
     numa_nodes: list[int]
     first_seen: str | None
