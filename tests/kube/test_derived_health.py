@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi.testclient import TestClient
+from ui.signin import sign_in
 
 from app.clock import utcnow
 
@@ -245,7 +246,7 @@ def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(
     )
     assert NO_STATUS_WORDS in export.text
 
-    cluster.client.cookies.set("devicedeck_token", cluster.reader["Authorization"][7:])
+    sign_in(cluster.client, cluster.reader["Authorization"][7:])
     for page in (f"/devices/{device['id']}", f"/nodes/{NODE}", f"/devices?node={NODE}"):
         response = cluster.client.get(page)
         assert response.status_code == 200
