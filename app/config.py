@@ -103,6 +103,12 @@ class Settings(BaseSettings):
         default=90.0, gt=0, description="seconds without a snapshot before a node is stale"
     )
     body_limit: int = Field(default=3 * 1024 * 1024, gt=0, description="request body limit, bytes")
+    body_read_timeout: float = Field(
+        default=30.0, gt=0, description="seconds a request's whole body may take to arrive"
+    )
+    max_concurrent_requests: int = Field(
+        default=100, gt=0, description="requests one process answers at once; more get 503"
+    )
     log_format: LogFormat = Field(default=LogFormat.TEXT)
     log_level: LogLevel = Field(default=LogLevel.INFO)
     access_log: bool = Field(default=True, description="log a line per request")

@@ -27,7 +27,11 @@ from app.metrics import ServiceMetrics
 from app.ui import install_ui
 from app.web.compression import CompressionMiddleware
 from app.web.errors import install_error_handlers
-from app.web.limits import BodyLimitMiddleware, reject_nul_parameters
+from app.web.limits import (
+    BodyLimitMiddleware,
+    ConcurrencyLimitMiddleware,
+    reject_nul_parameters,
+)
 from app.web.observe import RequestObserver
 from app.web.state import ServiceState, service_state
 from app.webhooks import configure_outbox, start_webhook_senders
@@ -115,8 +119,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.webhook_urls:
         app.state.background_starters.append(start_webhook_senders)
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit)
+    # The last added runs first: the observer sees every answer, the concurrency limit's
+    # 503s included, and the limit comes before anything else.
+    app.add_middleware(
+        BodyLimitMiddleware, limit=settings.body_limit, read_timeout=settings.body_read_timeout
+    )
     app.add_middleware(CompressionMiddleware)
+    app.add_middleware(ConcurrencyLimitMiddleware, limit=settings.max_concurrent_requests)
     app.add_middleware(RequestObserver, metrics=state.metrics, access=settings.access_log)
     # Routes are matched in order, and ingest is what agents on every node call, every few
     # seconds.

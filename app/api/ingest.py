@@ -17,11 +17,12 @@ from app.inventory.errors import DomainError
 from app.inventory.ingest import IngestResult
 from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
 from app.kube.dra_health_report import DraHealthSnapshot, apply_dra_health_report
+from app.web.caller_first import CallerFirstRoute
 from app.web.principal import Ingester
 from app.web.sessions import SessionFactory
 from app.web.state import service_state
 
-router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
+router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"], route_class=CallerFirstRoute)
 
 INGEST_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},

@@ -30,6 +30,7 @@ from app.inventory.pages import DEFAULT_LIMIT
 from app.kube.extended_admin import change_extended_resource
 from app.kube.status import cluster_status
 from app.kube.watcher import start_cluster_integration
+from app.web.caller_first import CallerFirstRoute
 from app.web.principal import Admin, Reader
 from app.web.sessions import CurrentSettings, ReadSession, SessionFactory
 from app.web.state import service_state
@@ -53,7 +54,9 @@ ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
     },
 }
 
-router = APIRouter(prefix="/api/v1", tags=["cluster"], responses=ERRORS)
+router = APIRouter(
+    prefix="/api/v1", tags=["cluster"], responses=ERRORS, route_class=CallerFirstRoute
+)
 
 NodeName = Annotated[str, Path(max_length=NAME_MAX, description="the node's name")]
 ResourceName = Annotated[

@@ -17,11 +17,13 @@ from app.clock import utcnow
 from app.db import write_session
 from app.inventory.models import ApiToken
 from app.inventory.pages import Page
+from app.web.caller_first import CallerFirstRoute
 from app.web.principal import Admin, token_cache
 from app.web.sessions import ReadSession, SessionFactory
 
 router = APIRouter(
     prefix="/api/v1/tokens",
+    route_class=CallerFirstRoute,
     tags=["tokens"],
     responses={
         401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},

@@ -15,6 +15,7 @@ from fastapi.responses import RedirectResponse, Response
 from app.auth import ANONYMOUS_READER, Principal
 from app.config import AuthMode, Settings
 from app.ui.render import render_error
+from app.web.caller_first import checked_before_body
 from app.web.principal import current_principal
 
 
@@ -28,6 +29,7 @@ class ReadScopeMissing(Exception):
         self.principal = principal
 
 
+@checked_before_body
 async def page_principal(request: Request) -> Principal:
     settings: Settings = request.app.state.settings
     try:

@@ -28,6 +28,7 @@ from app.kube.service_accounts import (
     ReviewUnavailable,
     ServiceAccountReviewer,
 )
+from app.web.caller_first import checked_before_body
 from app.web.observe import PRINCIPAL_KEY
 from app.web.proxy import ProxyUserRefused, ignored_header, proxy_user
 from app.web.state import service_state
@@ -116,10 +117,14 @@ def token_cache(request: Request) -> TokenCache:
 
 
 async def current_principal(request: Request) -> Principal:
-    principal = await _identify(request)
-    # For the access log (app/web/observe.py): the name only, never the token.
-    request.scope.setdefault("state", {})[PRINCIPAL_KEY] = principal.name
-    return principal
+    """The caller, found once per request: the check before the body is read and the route's
+    own dependency both ask."""
+    known: Principal | None = getattr(request.state, "principal", None)
+    if known is None:
+        known = request.state.principal = await _identify(request)
+        # For the access log (app/web/observe.py): the name only, never the token.
+        request.scope.setdefault("state", {})[PRINCIPAL_KEY] = known.name
+    return known
 
 
 async def _identify(request: Request) -> Principal:
@@ -171,6 +176,10 @@ class ScopeCheck:
     it, so the documented security is the one enforced."""
 
     scope: str
+
+    def __post_init__(self) -> None:
+        # Routes that take a body run it before they read the body (app/web/caller_first.py).
+        checked_before_body(self)
 
     # One dependency, not one on top of current_principal: FastAPI's dependency solving costs
     # a visible share of an agent's most frequent request, an unchanged snapshot.
