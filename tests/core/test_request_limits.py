@@ -281,3 +281,21 @@ def test_the_concurrency_limit_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEVICEDECK_MAX_CONCURRENT_REQUESTS", "0")
     with pytest.raises(ValueError, match="max_concurrent_requests"):
         Settings()
+
+
+def test_every_route_that_takes_a_body_checks_its_caller_first() -> None:
+    from fastapi.routing import APIRoute, iter_route_contexts
+
+    from app.web.caller_first import CallerFirstRoute, marked_checks
+
+    app = create_app(Settings())
+    with_body = [
+        context.original_route
+        for context in iter_route_contexts(app.router.routes)
+        if isinstance(context.original_route, APIRoute)
+        and context.original_route.body_field is not None
+    ]
+    assert len(with_body) >= 4, "ingest (2), token creation, extended resources"
+    for route in with_body:
+        assert marked_checks(route.dependant), f"{route.path} checks no caller"
+        assert isinstance(route, CallerFirstRoute), f"{route.path} reads its body first"
