@@ -18,17 +18,19 @@ import signal
 import socket
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
 from app.demo.agent_credentials import AgentCredentials
-from app.demo.processes import Child, Children, wait_for
+from app.demo.processes import Children
 from app.demo.topology import (
+    AGENT_INTERVAL_SECONDS,
     DEMO_FAULT_SECONDS,
     DRA_NODE,
     TOPOLOGY,
@@ -45,6 +47,17 @@ READY_TIMEOUT_SECONDS = 60.0
 ADMIN_TOKEN_NAME = "demo-admin"
 # The API server stops last: the service and the nodes talk to it until they are gone.
 TIER_CLUSTER, TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2, 3
+# A dead node should show: the service calls a node stale after a few missed heartbeats, not
+# the production 90 s.
+AGENT_HEARTBEAT_SECONDS = 3.0
+STALE_AFTER_SECONDS = 10.0
+# A node's processes (its sim-node, its agent) that die wait this long before they are started
+# again, so the dashboard shows the node stale meanwhile: the agent stops its heartbeat once
+# its kubelet data is 3 intervals + 5 s old, the service calls the node stale STALE_AFTER
+# later, and a few seconds of it stay visible.
+NODE_RESTART_DELAY_SECONDS = (
+    3 * AGENT_INTERVAL_SECONDS + 5 + AGENT_HEARTBEAT_SECONDS + STALE_AFTER_SECONDS + 6
+)
 # Ctrl-C, a polite kill, or the terminal closing: all stop the demo cleanly.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -218,15 +231,6 @@ def _cli_name() -> str:
     return str(script)
 
 
-def _describe_failure(child: Child, out: TextIO) -> None:
-    code = child.process.returncode if child.process is not None else None
-    print(
-        f"\n{child.name} stopped unexpectedly (exit code {code}); the end of {child.log_path}:",
-        file=out,
-    )
-    print(child.log_tail(), file=out)
-
-
 class Demo:
     def __init__(self, host: str, port: int, data_dir: Path, out: TextIO) -> None:
         self.host = host
@@ -327,7 +331,11 @@ class Demo:
             ["serve", "--host", self.host, "--port", str(self.port), "--no-migrate"],
             logs / "service.log",
             TIER_SERVICE,
-            env={"DEVICEDECK_KUBE": "kubeconfig", "DEVICEDECK_KUBECONFIG": str(layout.kubeconfig)},
+            env={
+                "DEVICEDECK_KUBE": "kubeconfig",
+                "DEVICEDECK_KUBECONFIG": str(layout.kubeconfig),
+                "DEVICEDECK_STALE_AFTER": f"{STALE_AFTER_SECONDS:g}",
+            },
         )
         for node in TOPOLOGY:
             root = layout.kubelet_root(node)
@@ -337,6 +345,7 @@ class Demo:
                 sim_node_args(node, root, layout.kubeconfig),
                 logs / f"node-{node.name}.log",
                 TIER_NODES,
+                restart_delay=NODE_RESTART_DELAY_SECONDS,
             )
         dra_node = next(n for n in TOPOLOGY if n.name == DRA_NODE)
         children.start(
@@ -348,21 +357,14 @@ class Demo:
         # Agents start once the API server has issued their tokens; they retry until the
         # kubelet and the service answer, and their first snapshots then arrive as soon as the
         # service is ready.
-        if not wait_for(
-            lambda: (
-                credentials.all_issued()
-                or self.stop_requested.is_set()
-                or children.first_exited() is not None
-            ),
-            READY_TIMEOUT_SECONDS,
-            interval=0.1,
-        ):
+        try:
+            if not self._supervise_until(children, credentials.all_issued):
+                return 0
+        except TimeoutError as e:
             raise DemoError(
                 f"the simulated API server issued no agent tokens in {READY_TIMEOUT_SECONDS:g} s; "
                 f"see {logs / 'sim-apiserver.log'}"
-            )
-        if self.stop_requested.is_set():
-            return 0
+            ) from e
         for node in TOPOLOGY:
             args = agent_args(
                 node,
@@ -370,33 +372,38 @@ class Demo:
                 self.base_url.rstrip("/"),
                 layout.token_file(node.name),
             )
-            children.start(f"agent {node.name}", args, logs / f"agent-{node.name}.log", TIER_AGENTS)
-        if not wait_for(
-            lambda: (
-                _ready(self.base_url)
-                or self.stop_requested.is_set()
-                or children.first_exited() is not None
-            ),
-            READY_TIMEOUT_SECONDS,
-            interval=0.1,
-        ):
+            args += ["--heartbeat", f"{AGENT_HEARTBEAT_SECONDS:g}"]
+            children.start(
+                f"agent {node.name}",
+                args,
+                logs / f"agent-{node.name}.log",
+                TIER_AGENTS,
+                restart_delay=NODE_RESTART_DELAY_SECONDS,
+            )
+        try:
+            if not self._supervise_until(children, lambda: _ready(self.base_url)):
+                return 0
+        except TimeoutError as e:
             raise DemoError(
                 f"the service did not become ready in {READY_TIMEOUT_SECONDS:g} s; "
                 f"see {logs / 'service.log'}"
-            )
-        if self.stop_requested.is_set():
-            return 0
-        failed = children.first_exited()
-        if failed is not None:
-            _describe_failure(failed, self.out)
-            return 1
+            ) from e
         self._banner()
         while not self.stop_requested.wait(0.25):
-            failed = children.first_exited()
-            if failed is not None:
-                _describe_failure(failed, self.out)
-                return 1
+            children.supervise(self.say)
         return 0
+
+    def _supervise_until(self, children: Children, done: Callable[[], bool]) -> bool:
+        """Keeps the children running (starting again any that die) until done(): True then,
+        False when a stop is requested first; TimeoutError after READY_TIMEOUT_SECONDS."""
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while not done():
+            if self.stop_requested.wait(0.1):
+                return False
+            children.supervise(self.say)
+            if time.monotonic() > deadline:
+                raise TimeoutError
+        return True
 
     def _banner(self) -> None:
         layout = self.layout

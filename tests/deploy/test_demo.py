@@ -15,7 +15,7 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,83 @@ class Run:
     cluster: dict[str, Any]
     # node -> who the service credited with the node's first snapshot
     added_by: dict[str, str]
+    crash: dict[str, Any]
+
+
+# A node's processes wait 30 s before they start again; the rest is a busy machine's margin.
+RESTART_TIMEOUT = 120.0
+
+
+def _argv(pid: int) -> list[bytes]:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat[stat.rindex(")") + 2 :].split()[0] == "Z":
+            return []
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def agent_pids(pids: Iterable[int], node: str) -> list[int]:
+    """Which of these processes are a live `devicedeck agent --node NODE`."""
+    found = []
+    for pid in pids:
+        argv = _argv(pid)
+        if "agent" in (a.decode(errors="replace") for a in argv) and node.encode() in argv:
+            found.append(pid)
+    return found
+
+
+def agent_pid(demo_pid: int, node: str) -> int | None:
+    """The pid of the demo's agent for `node`, if one runs."""
+    found = agent_pids(descendants(demo_pid), node)
+    return found[0] if found else None
+
+
+def agents_anywhere(node: str, data_dir: Path) -> list[int]:
+    """Agents for `node` with a token file in data_dir, whoever their parent is now."""
+    token = str(data_dir / "tokens" / f"{node}.token").encode()
+    pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    return [pid for pid in agent_pids(pids, node) if token in _argv(pid)]
+
+
+def node_stale(port: int, node: str) -> bool:
+    return bool(get(port, f"/api/v1/nodes/{node}")["stale"])
+
+
+def kill_an_agent_and_see_it_come_back(port: int, demo_pid: int, log: Path) -> dict[str, Any]:
+    """SIGKILL one node's agent: the node turns stale, the demo starts the agent again, and
+    the node is fresh again."""
+    node = TOPOLOGY[1].name
+    wait_until(lambda: not node_stale(port, node), DATA_TIMEOUT, f"{node} fresh at first")
+    old = agent_pid(demo_pid, node)
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: node_stale(port, node), DATA_TIMEOUT, f"{node} stale once its agent died")
+    new: list[int] = []
+
+    def started_again() -> bool:
+        pid = agent_pid(demo_pid, node)
+        new[:] = [pid] if pid is not None and pid != old else []
+        return bool(new)
+
+    wait_until(started_again, RESTART_TIMEOUT, f"a new agent for {node}")
+    wait_until(lambda: not node_stale(port, node), DATA_TIMEOUT, f"{node} fresh again")
+    return {"node": node, "old": old, "new": new[0], "output": log.read_text()}
+
+
+def kill_an_agent_then_stop_the_demo(port: int, demo_pid: int, log: Path) -> dict[str, Any]:
+    """SIGKILL one node's agent and stop the demo while the agent waits to start again."""
+    node = TOPOLOGY[2].name
+    old = agent_pid(demo_pid, node)
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_until(
+        lambda: f"agent {node} stopped unexpectedly" in log.read_text(),
+        DATA_TIMEOUT,
+        "the demo noticing the agent died",
+    )
+    return {"node": node, "old": old}
 
 
 def node_page(port: int, node: str, opener: urllib.request.OpenerDirector | None = None) -> str:
@@ -259,8 +336,10 @@ def run_demo_until_data(
     exercise: bool = False,
     program: Sequence[str] = (sys.executable, "-m", "app.cli"),
     cwd: Path = REPO,
+    crash: Callable[[int, int, Path], dict[str, Any]] | None = None,
 ) -> Run:
-    """Start the demo, wait for nodes with devices and pods, Ctrl-C it, wait for the end."""
+    """Start the demo, wait for nodes with devices and pods, exercise it and crash a part of
+    it if asked, Ctrl-C it, wait for the end."""
     port = free_port()
     command = [*program, "demo", "--port", str(port)]
     command += ["--data-dir", str(data_dir)]
@@ -286,6 +365,7 @@ def run_demo_until_data(
             added_by = {e["node"]: e["actor"] for e in events}
             dashboard = dashboard_page(port)
             cluster = exercise_the_cluster(port, data_dir) if exercise else {}
+            crashed = crash(port, demo.pid, log) if crash is not None else {}
             children = descendants(demo.pid)
             demo.send_signal(signal.SIGINT)
             code = demo.wait(timeout=STOP_TIMEOUT)
@@ -296,7 +376,7 @@ def run_demo_until_data(
                     os.kill(pid, signal.SIGKILL)
                 demo.kill()
                 demo.wait()
-    return Run(log.read_text(), code, nodes, children, dashboard, cluster, added_by)
+    return Run(log.read_text(), code, nodes, children, dashboard, cluster, added_by, crashed)
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +391,12 @@ def data_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def first_run(data_dir: Path) -> Run:
-    return run_demo_until_data(data_dir, data_dir.parent / "first.log", exercise=True)
+    return run_demo_until_data(
+        data_dir,
+        data_dir.parent / "first.log",
+        exercise=True,
+        crash=kill_an_agent_and_see_it_come_back,
+    )
 
 
 def test_demo_shows_three_nodes_with_devices_and_pods_then_stops_on_sigint(
@@ -397,3 +482,30 @@ def test_second_run_continues_with_the_same_data(first_run: Run, data_dir: Path)
         # The same node rows: first seen during the first run.
         assert second.nodes[node.name]["first_seen"] == first_run.nodes[node.name]["first_seen"]
     assert still_running(second.children) == []
+
+
+def test_a_dead_agent_is_started_again_and_its_node_is_fresh_again(first_run: Run) -> None:
+    assert first_run.exit_code == 0, first_run.output
+    crash = first_run.crash
+    assert crash["new"] != crash["old"]
+    node = crash["node"]
+    assert f"agent {node} stopped unexpectedly (killed by SIGKILL)" in crash["output"]
+    assert "starting it again in 30 s" in crash["output"]
+    assert f"agent {node} started again (pid {crash['new']})" in crash["output"]
+    # The new agent was one of the demo's processes, and Ctrl-C ended it with the rest.
+    assert crash["new"] in first_run.children
+    assert still_running(first_run.children) == []
+
+
+def test_ctrl_c_also_ends_a_process_waiting_to_start_again(first_run: Run, data_dir: Path) -> None:
+    run = run_demo_until_data(
+        data_dir, data_dir.parent / "third.log", crash=kill_an_agent_then_stop_the_demo
+    )
+    assert run.exit_code == 0, run.output
+    node = run.crash["node"]
+    assert f"agent {node} stopped unexpectedly (killed by SIGKILL)" in run.output
+    assert "demo stopped" in run.output
+    assert still_running(run.children) == []
+    # Not started again, during the stop or after it.
+    assert f"agent {node} started again" not in run.output
+    assert agents_anywhere(node, data_dir) == []
