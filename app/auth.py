@@ -43,6 +43,18 @@ class Principal:
     # A user an authenticating proxy vouched for (app/web/proxy.py), not a token.
     proxy_user: bool = False
 
+    @classmethod
+    def of_token(cls, token: ApiToken, *, session_id: int | None = None) -> Principal:
+        """The caller a stored token stands for, signed in through a session or not."""
+        return cls(
+            name=token.name,
+            scopes=frozenset(token.scopes),
+            node=token.node,
+            all_nodes=token.all_nodes,
+            token_id=token.id,
+            session_id=session_id,
+        )
+
     def has(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
 
@@ -181,13 +193,7 @@ def authenticate(session: Session, plaintext: str, now: datetime) -> Authenticat
         return None
     touch = token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION
     return Authentication(
-        principal=Principal(
-            name=token.name,
-            scopes=frozenset(token.scopes),
-            node=token.node,
-            all_nodes=token.all_nodes,
-            token_id=token.id,
-        ),
+        principal=Principal.of_token(token),
         token_id=token.id,
         touch=touch,
     )

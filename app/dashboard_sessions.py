@@ -88,14 +88,7 @@ def authenticate_session(
         return None
     signed_in, token = row
     return SessionAuthentication(
-        principal=Principal(
-            name=token.name,
-            scopes=frozenset(token.scopes),
-            node=token.node,
-            all_nodes=token.all_nodes,
-            token_id=token.id,
-            session_id=signed_in.id,
-        ),
+        principal=Principal.of_token(token, session_id=signed_in.id),
         touch=now - signed_in.last_seen_at >= limits.last_seen_resolution,
     )
 

@@ -12,7 +12,6 @@ does.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from app.demo.tokens import write_private
 from app.sim.kubeclient import KubeClient, KubeClientError
 
 log = logging.getLogger(__name__)
@@ -98,16 +98,6 @@ def request_agent_token(client: KubeClient, pod: dict[str, Any]) -> str:
     return token
 
 
-def write_token(path: Path, token: str) -> None:
-    """Replace the file in one rename, so the agent never reads half a token."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
-    os.replace(temporary, path)
-
-
 @dataclass
 class _Renewal:
     node: str
@@ -168,7 +158,7 @@ class AgentCredentials:
                 continue
             try:
                 pod = ensure_agent_pod(client, renewal.node)
-                write_token(renewal.path, request_agent_token(client, pod))
+                write_private(renewal.path, request_agent_token(client, pod))
             except (KubeClientError, KeyError, OSError) as e:
                 # The API server starts with the demo; until it answers, try again shortly.
                 log.info(

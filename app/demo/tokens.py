@@ -69,11 +69,12 @@ def ensure_token_file(
         _, plaintext = create_token(
             session, _free_name(session, name), scopes, utcnow(), node=node, all_nodes=all_nodes
         )
-    _write_private(path, plaintext)
+    write_private(path, plaintext)
     return plaintext, True
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
+    """Replace the file's content, readable by its owner only."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
