@@ -50,8 +50,10 @@ lint: $(PY_STAMP)
 typecheck: $(PY_STAMP)
 	$(BIN)/mypy
 
+# Three test processes (pytest-xdist), a file each at a time: most of the suite waits on the real
+# processes it starts, so three keep two cores busy; module fixtures (one demo run) stay in one.
 pytest: $(PY_STAMP) $(JS_STAMP)
-	DEVICEDECK_REQUIRE_POSTGRES=1 $(BIN)/pytest -p no:cacheprovider
+	DEVICEDECK_REQUIRE_POSTGRES=1 $(BIN)/pytest -p no:cacheprovider -n 3 --dist loadfile
 
 test: lint typecheck pytest
 
