@@ -16,7 +16,6 @@ stream instead of the kubelet's.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import grpc
 
 from app.agent.metrics import AgentMetrics
+from app.agent.stream_thread import StreamThread
 from app.kubelet.names import dns1123_subdomain_problem
 from app.kubelet.paths import DRA_SOCKET_NAME, unix_target
 from app.kubelet.proto import drahealth_pb2, drahealth_pb2_grpc
@@ -88,7 +88,7 @@ def device_entries(response: drahealth_pb2.NodeWatchResourcesResponse) -> list[d
     return sorted(entries, key=lambda e: (e["device"]["poolName"], e["device"]["deviceName"]))
 
 
-class DriverStream:
+class DriverStream(StreamThread):
     """One driver's stream: connects, forwards, and starts over when the stream ends."""
 
     def __init__(
@@ -101,39 +101,19 @@ class DriverStream:
         on_message: OnMessage,
         on_disconnect: Callable[[str], None],
     ) -> None:
+        super().__init__(f"agent-dra-health-{driver}")
         self.driver = driver
         self._socket_of = socket_of
         self._metrics = metrics
         self._backoff = backoff
         self._on_message = on_message
         self._on_disconnect = on_disconnect
-        self._cond = threading.Condition()
-        self._stopping = False
-        self._call: Any = None
         # A socket whose server has no health service, and when to ask it again.
         self._unimplemented: tuple[SocketId, float] | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name=f"agent-dra-health-{self.driver}", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            call = self._call
-            self._cond.notify_all()
-        if call is not None:
-            call.cancel()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
     def _run(self) -> None:
         while not self._stopping:
@@ -230,7 +210,7 @@ class DriverStream:
         return time.monotonic() - started
 
 
-class DraHealthWatch:
+class DraHealthWatch(StreamThread):
     """Finds DRA driver sockets under `plugins_dir` and keeps a stream open on each."""
 
     def __init__(
@@ -243,29 +223,18 @@ class DraHealthWatch:
         on_message: OnMessage,
         on_disconnect: Callable[[str], None],
     ) -> None:
+        super().__init__("agent-dra-health")
         self.plugins_dir = plugins_dir
         self._metrics = metrics
         self._rescan = rescan
         self._max_backoff = max_backoff
         self._on_message = on_message
         self._on_disconnect = on_disconnect
-        self._cond = threading.Condition()
-        self._stopping = False
         self._sockets: dict[str, Path] = {}
         self._streams: dict[str, DriverStream] = {}
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="agent-dra-health", daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        super().stop()
         for stream in list(self._streams.values()):
             stream.stop()
         self._streams.clear()

@@ -23,6 +23,7 @@ import grpc
 from app.agent.metrics import AgentMetrics
 from app.agent.plugin_sockets import RPC_TIMEOUT_SECONDS, Candidate, TapSpec, candidates
 from app.agent.snapshots import plugin_devices
+from app.agent.stream_thread import StreamThread
 from app.kubelet.paths import KubeletPaths, unix_target
 from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
 from app.kubelet.socket_watch import SocketId, socket_id
@@ -39,7 +40,7 @@ MAX_REMEMBERED_MISMATCHES = 256
 OnMessage = Callable[[str, list[dict[str, Any]], dict[str, Any]], None]
 
 
-class ResourceTap:
+class ResourceTap(StreamThread):
     """One resource's tap: finds the socket, streams, and starts over when the stream ends."""
 
     def __init__(
@@ -55,6 +56,7 @@ class ResourceTap:
         on_message: OnMessage,
         on_disconnect: Callable[[str], None],
     ) -> None:
+        super().__init__(f"agent-tap-{spec.resource}")
         self.paths = paths
         self.spec = spec
         self._metrics = metrics
@@ -64,34 +66,13 @@ class ResourceTap:
         self._claimed_elsewhere = claimed_elsewhere
         self._on_message = on_message
         self._on_disconnect = on_disconnect
-        self._cond = threading.Condition()
-        self._stopping = False
         self._socket_events = 0
-        self._call: Any = None
         self._mismatched: set[SocketId] = set()
         self.socket: Path | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def resource(self) -> str:
         return self.spec.resource
-
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name=f"agent-tap-{self.resource}", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            call = self._call
-            self._cond.notify_all()
-        if call is not None:
-            call.cancel()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
     def sockets_changed(self) -> None:
         with self._cond:
