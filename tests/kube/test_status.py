@@ -53,8 +53,10 @@ def test_rbac_denial_is_shown_and_the_watch_recovers_when_allowed(
     wait_for(lambda: _watch(client, auth, "nodes")["state"] == "watching", what="nodes watching")
     assert _status(client, auth)["healthy"] is False
     # What the alert on a forbidden watch reads: one state at 1 per collection.
-    states = _watch_state_samples(client)
-    assert states[("pods", "forbidden")] == 1.0
+    states = wait_for(
+        lambda: (m := _watch_state_samples(client)).get(("pods", "forbidden")) == 1.0 and m,
+        what="the forbidden pods watch in /metrics",
+    )
     assert states[("nodes", "watching")] == 1.0
     assert states[("nodes", "forbidden")] == 0.0
     assert sum(value for (resource, _), value in states.items() if resource == "pods") == 1.0
