@@ -439,14 +439,19 @@ def main() -> None:
         action="store_true",
         help="time the fleet the last PostgreSQL run left (same --nodes) instead of a new fill",
     )
+    parser.add_argument(
+        "--database",
+        default="devicedeck_scale",
+        help="the PostgreSQL database to fill (dropped first) or reuse",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="devicedeck-scale-"))
     port = free_port()
     url = f"sqlite:///{workdir / 'bench.db'}" if args.db == "sqlite" else None
     if url is None and args.reuse:
-        url = "postgresql+psycopg://postgres@127.0.0.1:5432/devicedeck_scale"
-    url = url or new_postgres_database("devicedeck_scale")
+        url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{args.database}"
+    url = url or new_postgres_database(args.database)
     # The fill takes minutes: nodes must not turn stale (and be swept) while it runs.
     os.environ["DEVICEDECK_STALE_AFTER"] = "86400"
     process, token = start_ingest_service(url, port, workdir)
