@@ -50,13 +50,13 @@ def decode_cursor(cursor: str, sort: str, size: int) -> list[Any]:
             if isinstance(value, str):
                 value.encode("utf-8")
     except (ValueError, KeyError, TypeError, binascii.Error) as e:
-        raise _bad_cursor("is not a cursor this API made") from e
+        raise bad_cursor("is not a cursor this API made") from e
     if not valid:
-        raise _bad_cursor("was made for another sort order; start again without a cursor")
+        raise bad_cursor("was made for another sort order; start again without a cursor")
     return list(values)
 
 
-def _bad_cursor(why: str) -> InvalidInput:
+def bad_cursor(why: str) -> InvalidInput:
     return InvalidInput(f"cursor {why}", [Problem("cursor", "cursor", why)])
 
 
@@ -80,9 +80,9 @@ def _bind(column: Column, value: Any) -> ColumnElement[Any]:
         value = _cursor_time(value)
     elif kind is int:
         if type(value) is not int or not -MAX_KEY <= value <= MAX_KEY:
-            raise _bad_cursor("holds a key this API did not write")
+            raise bad_cursor("holds a key this API did not write")
     elif type(value) is not str or "\x00" in value:
-        raise _bad_cursor("holds a key this API did not write")
+        raise bad_cursor("holds a key this API did not write")
     return literal(value, type_=column.type)
 
 
@@ -95,7 +95,7 @@ def _cursor_time(value: Any) -> datetime:
             raise ValueError(value)
         return parsed.astimezone(UTC)
     except (ValueError, OverflowError) as e:
-        raise _bad_cursor("holds a time this API did not write") from e
+        raise bad_cursor("holds a time this API did not write") from e
 
 
 def _python_type(column: Column) -> type | None:

@@ -21,12 +21,14 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import Select
 
 from app.clock import iso
 from app.inventory.derived_health import REMOVED_BY_CAPACITY_DETAIL, health_detail
 from app.inventory.errors import InvalidInput, NotFound, Problem
 from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
 from app.inventory.freshness import Freshness
+from app.inventory.health_order import ATTENTION_SORT, HEALTH_SORT, health_first_query
 from app.inventory.history import device_history
 from app.inventory.models import Allocation, Device, DeviceCount, Node
 from app.inventory.node_status import node_details
@@ -157,6 +159,8 @@ DEVICE_SORTS: dict[str, Any] = {
     "holder": lambda h: [_holder(), Device.node_name, Device.resource, Device.device_id, Device.id],
     "id": lambda h: [Device.id],
 }
+# Sorts whose first key is the effective health: read range by range (health_order.py).
+HEALTH_FIRST_SORTS = {"health": HEALTH_SORT, "attention": ATTENTION_SORT}
 
 
 def canonical_choice(value: str | None, choices: tuple[str, ...]) -> str | None:
@@ -184,9 +188,23 @@ def list_devices(
     order = Keyset(sort, columns, descending)
     conditions = _device_conditions(filters, clock)
     base = select(Device, *SUMMARY_NODE_COLUMNS).join(Node, Node.id == Device.node_id)
-    query = order.page_query(base.where(*conditions).add_columns(*columns), cursor, limit)
+    if key in HEALTH_FIRST_SORTS:
+        ranked = health_first_query(
+            HEALTH_FIRST_SORTS[key],
+            sort,
+            descending,
+            conditions,
+            canonical_choice(filters.health, HEALTH_VALUES),
+            clock,
+            cursor,
+            limit,
+        )
+        found = [] if ranked is None else session.execute(_page_of(base, ranked, descending)).all()
+    else:
+        query = order.page_query(base.where(*conditions).add_columns(*columns), cursor, limit)
+        found = session.execute(query).all()
     rows, next_cursor = order.cut(
-        session.execute(query).all(),
+        found,
         limit,
         lambda row: [_jsonable(v) for v in row[1 + len(SUMMARY_NODE_COLUMNS) :]],
     )
@@ -201,6 +219,17 @@ def list_devices(
         for row in rows
     ]
     return Page(items=items, next_cursor=next_cursor, count=count, count_exact=exact)
+
+
+def _page_of(base: Select[Any], ranked: Select[Any], descending: bool) -> Select[Any]:
+    """The rows of `base` whose ids `ranked` gives, with its key columns, in its order."""
+    page = ranked.subquery()
+    keys = [column for column in page.c if column.key != "id"]
+    return (
+        base.join(page, page.c.id == Device.id)
+        .add_columns(*keys)
+        .order_by(*(key.desc() if descending else key for key in keys))
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -3,7 +3,22 @@ reaches for (unhealthy first, by holder, by when health last changed), across pa
 
 from __future__ import annotations
 
-from .conftest import GPU, Api, dev, held, listandwatch, pod, podresources
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.inventory.freshness import Freshness
+from app.inventory.models import Device, Node
+from app.inventory.queries import (
+    DEVICE_SORTS,
+    DeviceFilters,
+    _device_conditions,
+    effective_health,
+    list_devices,
+)
+
+from .conftest import GPU, NIC, Api, dev, held, listandwatch, pod, podresources
 
 
 def fleet(api: Api) -> None:
@@ -42,3 +57,68 @@ def test_sorts_unhealthy_first_by_holder_and_by_health_since(api: Api) -> None:
     since = api.all_pages("/api/v1/devices", sort="-health_since", limit=1)
     assert ids(since)[0] == "b0"  # the last to change health
     assert sorted(ids(since)) == ["a0", "a1", "b0", "b1", "c0", "c1"]
+
+
+def test_health_first_sorts_list_what_one_sort_of_every_device_lists(
+    api: Api, session_factory: sessionmaker[Session]
+) -> None:
+    """`health` and `attention` read the devices of each health apart (stale nodes' devices
+    read Unknown): with filters, both directions and any page length, their pages list what
+    one ORDER BY over every matching device lists."""
+    # The stale nodes report first: the clock below makes every node seen before new-c stale.
+    api.ingest_listandwatch(listandwatch("old-b", [dev("g0"), dev("g1", "Unhealthy")], 1))
+    api.ingest_listandwatch(listandwatch("old-a", [dev("g0")], 1))
+    api.ingest_listandwatch(
+        listandwatch("new-c", [dev("g0"), dev("g1", "Unhealthy"), dev("g2")], 1)
+    )
+    api.ingest_listandwatch(listandwatch("new-c", [dev("g0"), dev("g1", "Unhealthy")], 2))
+    api.ingest_listandwatch(listandwatch("new-a", [dev("g0"), dev("g1")], 1))
+    api.ingest_listandwatch(listandwatch("new-a", [dev("n0", "Unhealthy")], 1, resource=NIC))
+    # A device no plugin described yet reads Unknown on a fresh node.
+    api.ingest_podresources(
+        podresources("new-a", [pod("late", containers={"m": [held(GPU, "g0", "g9")]})], 1)
+    )
+    with session_factory() as session:
+        cutoff = session.scalar(select(Node.last_seen).where(Node.name == "new-c"))
+        assert cutoff is not None
+        clock = Freshness(cutoff, timedelta(0))
+        variants = [
+            DeviceFilters(),
+            DeviceFilters(state="any"),
+            DeviceFilters(resource=GPU),
+            DeviceFilters(allocated=True),
+            *(DeviceFilters(health=health) for health in ("Healthy", "Unhealthy", "unknown")),
+        ]
+        for filters in variants:
+            for sort in ("health", "-health", "attention", "-attention"):
+                expected = _one_sort(session, filters, clock, sort)
+                for limit in (1, 2, 3, 50):
+                    listed, cursor = [], None
+                    while True:
+                        page = list_devices(
+                            session, filters, clock, sort=sort, cursor=cursor, limit=limit
+                        )
+                        listed += [device["id"] for device in page.items]
+                        if (cursor := page.next_cursor) is None:
+                            break
+                    assert listed == expected, (filters, sort, limit)
+        # Both kinds of Unknown are there, and the stale nodes' devices read it.
+        unknown = list_devices(session, DeviceFilters(health="Unknown"), clock, limit=50).items
+        assert sorted((d["node"], d["device_id"]) for d in unknown) == [
+            ("new-a", "g9"),
+            ("old-a", "g0"),
+            ("old-b", "g0"),
+            ("old-b", "g1"),
+        ]
+
+
+def _one_sort(session: Session, filters: DeviceFilters, clock: Freshness, sort: str) -> list[int]:
+    """The ids in the order of one ORDER BY over every matching device."""
+    columns = DEVICE_SORTS[sort.lstrip("-")](effective_health(clock))
+    query = (
+        select(Device.id)
+        .join(Node, Node.id == Device.node_id)
+        .where(*_device_conditions(filters, clock))
+        .order_by(*(c.desc() if sort.startswith("-") else c for c in columns))
+    )
+    return list(session.scalars(query))
