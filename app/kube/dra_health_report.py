@@ -30,8 +30,10 @@ from app.inventory.events import EventLog
 from app.inventory.fields import HEALTHY, UNHEALTHY, UNKNOWN
 from app.inventory.schemas import (
     MAX_DEVICES_PER_SNAPSHOT,
+    STORABLE,
     ObservedAt,
     Source,
+    StorableText,
     _Input,
     check_node_name,
 )
@@ -57,8 +59,8 @@ def pool_name_problem(value: str) -> str | None:
 
 
 class DeviceIdentifier(_Input):
-    pool_name: str = Field(validation_alias=AliasChoices("pool_name", "poolName"))
-    device_name: str = Field(validation_alias=AliasChoices("device_name", "deviceName"))
+    pool_name: StorableText = Field(validation_alias=AliasChoices("pool_name", "poolName"))
+    device_name: StorableText = Field(validation_alias=AliasChoices("device_name", "deviceName"))
 
     @field_validator("pool_name")
     @classmethod
@@ -96,7 +98,7 @@ class DeviceHealthIn(_Input):
         le=INT64_MAX,
         validation_alias=AliasChoices("health_check_timeout_seconds", "healthCheckTimeoutSeconds"),
     )
-    message: Annotated[str, StringConstraints(max_length=MESSAGE_LIMIT)] = ""
+    message: Annotated[str, StringConstraints(max_length=MESSAGE_LIMIT), STORABLE] = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -106,8 +108,8 @@ class DeviceHealthIn(_Input):
 class DraHealthSnapshot(_Input):
     """One NodeWatchResourcesResponse of one driver on one node."""
 
-    node: str
-    driver: str
+    node: StorableText
+    driver: StorableText
     # Accepted for the agents' common envelope; a report is a full state, so order matters
     # only within one agent, which sends them one at a time.
     source: Source | None = None

@@ -6,6 +6,7 @@ Each check returns None when the value passes, or a short sentence naming the br
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -16,7 +17,13 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
+# Every snapshot repeats the same few resource names, namespaces and container names, and
+# checks them once per mention: the answers are kept. The values are bounded in length by the
+# body limit, and the caches in number.
+_remembered = lru_cache(maxsize=4096)
 
+
+@_remembered
 def dns1123_label_problem(value: str) -> str | None:
     if not value:
         return "must not be empty"
@@ -30,6 +37,7 @@ def dns1123_label_problem(value: str) -> str | None:
     return None
 
 
+@_remembered
 def dns1123_subdomain_problem(value: str) -> str | None:
     if not value:
         return "must not be empty"
@@ -64,6 +72,7 @@ def qualified_name_problem(value: str) -> str | None:
     return None
 
 
+@_remembered
 def extended_resource_name_problem(value: str) -> str | None:
     """The rule the kubelet applies to device plugin resource names (IsExtendedResourceName)."""
     if "/" not in value:
@@ -89,6 +98,9 @@ def text_problem(value: str) -> str | None:
 
 
 def device_id_problem(value: str) -> str | None:
+    # Printable text has no NUL, line break or lone surrogate: the usual ID needs no more.
+    if 0 < len(value) <= DEVICE_ID_MAX and value.isprintable():
+        return None
     if not value:
         return "must not be empty"
     problem = text_problem(value)

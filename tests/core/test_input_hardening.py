@@ -6,11 +6,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
 
 import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from app.inventory.schemas import _Input, check_device_id, check_storable_text
+from app.kube.dra_health_report import DraHealthSnapshot
 
 from .conftest import GPU, Api, MakeApi, dev, held, listandwatch, pod, podresources
 from .test_ingest_validation import LAW, PODRES, assert_refused, good_law, good_podres, setter
@@ -198,3 +201,39 @@ def test_one_device_held_by_two_pods_in_one_snapshot_is_422(
         "node-a", [pod("p0", containers={"main": [held(GPU, "gpu-0"), held(GPU, "gpu-0")]})], 1
     )
     api.ingest_podresources(numa_repeat)
+
+
+def _subclasses(model: type[_Input]) -> list[type[_Input]]:
+    found = []
+    for sub in model.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def _text_types(annotation: Any) -> list[Any]:
+    """The str types inside a field's annotation: itself, a union's members, a list's items."""
+    if annotation is str or get_origin(annotation) is Annotated:
+        return [annotation]
+    return [t for arg in get_args(annotation) for t in _text_types(arg)]
+
+
+def test_every_text_field_of_every_snapshot_part_refuses_what_the_database_cannot_hold() -> None:
+    # The check sits in each field's type, so a new str field must bring it along: without it,
+    # a NUL in that field would fail mid-transaction as a server error.
+    assert DraHealthSnapshot in _subclasses(_Input)
+    unchecked = []
+    for model in _subclasses(_Input):
+        for name, field in model.model_fields.items():
+            checks = [*field.metadata]
+            types = _text_types(field.annotation)
+            for text in types:
+                if get_origin(text) is Annotated:
+                    base, *checks = get_args(text) + tuple(field.metadata)
+                    if base is not str:
+                        continue
+                if not any(
+                    getattr(c, "func", None) in (check_storable_text, check_device_id)
+                    for c in checks
+                ):
+                    unchecked.append(f"{model.__name__}.{name}")
+    assert unchecked == []
