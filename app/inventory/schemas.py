@@ -368,12 +368,36 @@ class PodResourcesSnapshot(_Input):
         return _canonical_hash(
             {
                 "pods": sorted(
-                    (p.namespace, p.name, p.uid, [c.model_dump() for c in p.containers])
+                    (p.namespace, p.name, p.uid, [container_content(c) for c in p.containers])
                     for p in self.pod_resources
                 ),
-                "allocatable": self.allocatable.model_dump() if self.allocatable else None,
+                "allocatable": (
+                    {"devices": [devices_content(d) for d in self.allocatable.devices]}
+                    if self.allocatable
+                    else None
+                ),
             }
         )
+
+
+# What model_dump() gives, built directly: model_dump costs more than the rest of an unchanged
+# snapshot's hash. The content must stay exactly model_dump's, or every stored hash would stop
+# matching (a test compares them).
+def devices_content(entry: ContainerDevices) -> dict[str, Any]:
+    topology = entry.topology
+    return {
+        "resource_name": entry.resource_name,
+        "device_ids": list(entry.device_ids),
+        "topology": None if topology is None else {"nodes": [{"ID": n.ID} for n in topology.nodes]},
+    }
+
+
+def container_content(container: ContainerResources) -> dict[str, Any]:
+    return {
+        "name": container.name,
+        "devices": [devices_content(d) for d in container.devices],
+        "dynamic_resources": [r.model_dump() for r in container.dynamic_resources],
+    }
 
 
 def _too_long(field: str, limit: int, what: str, actual: int) -> Problem:

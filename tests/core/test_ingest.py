@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+from app.inventory.schemas import PodResourcesSnapshot, container_content, devices_content
+
 from .conftest import BOOT, GPU, NIC, Api, dev, held, listandwatch, pod, podresources
 
 
@@ -460,3 +462,41 @@ def test_every_change_is_an_event_with_the_actor(api: Api) -> None:
     added = next(e for e in events if e["kind"] == "device_added")
     assert (added["node"], added["resource"], added["device_id"]) == ("node-a", GPU, "gpu-0")
     assert added["after"]["health"] == "Healthy"
+
+
+def test_the_content_hash_reads_a_snapshot_as_its_full_dump_does() -> None:
+    # The hash of every applied snapshot is stored: if the content it covers changed shape, no
+    # stored snapshot would match its next unchanged repeat, and a retried seq would be a 409.
+    container = {
+        "name": "main",
+        "devices": [held(GPU, "gpu-0", "gpu-1", numa=[1, 0]), held(NIC, "nic-0")],
+        "dynamicResources": [
+            {
+                "claimName": "gpu-claim",
+                "claimNamespace": "serving",
+                "claimResources": [
+                    {
+                        "cdiDevices": [{"name": "vendor.com/gpu=gpu3"}],
+                        "driverName": "gpu.vendor.com",
+                        "poolName": "node-d",
+                        "deviceName": "gpu-3",
+                        "shareId": "s-1",
+                    }
+                ],
+            }
+        ],
+    }
+    snapshot = PodResourcesSnapshot.model_validate(
+        podresources(
+            "node-d",
+            [{**pod("infer", uid="u-1"), "containers": [container]}, pod("idle")],
+            1,
+            allocatable={"devices": [held(GPU, "gpu-0", "gpu-1", numa=[0]), held(NIC, "nic-0")]},
+        )
+    )
+    for p in snapshot.pod_resources:
+        for c in p.containers:
+            assert container_content(c) == c.model_dump()
+    assert snapshot.allocatable is not None
+    for entry in snapshot.allocatable.devices:
+        assert devices_content(entry) == entry.model_dump()
