@@ -148,6 +148,8 @@ class Device(Base):
             "removed_at",
             where="state = 'removed'",
         ),
+        # The holder filters check each allocation's device is present (migration 0011).
+        partial_index("ix_devices_present_id", "id", where="state = 'present'"),
         # Device-ID substring search (pg_trgm); SQLite scans.
         Index(
             "ix_devices_device_id_trigram",
