@@ -77,6 +77,17 @@ def partial_index(name: str, *columns: str, where: str) -> Index:
     return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
 
 
+def current_pod_trigram(name: str) -> Index:
+    """Pod-name substring search over current holders (pg_trgm, migration 0012); SQLite scans."""
+    return Index(
+        name,
+        "pod",
+        postgresql_using="gin",
+        postgresql_ops={"pod": "gin_trgm_ops"},
+        postgresql_where=text("ended IS NULL"),
+    ).ddl_if(dialect="postgresql")
+
+
 def table_of(model: type[Base]) -> Table:
     """A model's table, for Core statements on hot paths that need no ORM objects."""
     return cast(Table, model.__table__)
@@ -219,6 +230,7 @@ class Allocation(Base):
         Index("ix_allocations_namespace_pod", "namespace", "pod"),
         # The pods list walks current holders in name order (migration 0006).
         partial_index("ix_allocations_current_pod", "namespace", "pod", where="ended IS NULL"),
+        current_pod_trigram("ix_allocations_current_pod_trigram"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -249,6 +261,7 @@ class ClaimAllocation(Base):
         partial_index(
             "ix_claim_allocations_current_pod", "namespace", "pod", where="ended IS NULL"
         ),
+        current_pod_trigram("ix_claim_allocations_current_pod_trigram"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

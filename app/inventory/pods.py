@@ -78,6 +78,8 @@ def _count_pods(session: Session, parts: list[Select[Any]]) -> tuple[int, bool]:
     table's count (bounded_count's estimate on PostgreSQL), flagged as not exact."""
     counts = [bounded_count(session, part.order_by(None)) for part in parts]
     if all(exact for _, exact in counts) and sum(n for n, _ in counts) <= EXACT_COUNT_LIMIT:
+        if sum(1 for n, _ in counts if n) <= 1:  # one table holds them all: none counted twice
+            return sum(n for n, _ in counts), True
         both = union(*(part.order_by(None) for part in parts)).subquery()
         return int(session.scalar(select(func.count()).select_from(both)) or 0), True
     return max(n for n, _ in counts), False

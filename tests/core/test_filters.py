@@ -259,3 +259,37 @@ def test_stale_node_shows_its_devices_unknown(make_api: MakeApi) -> None:
     assert [e["node"] for e in quick.events(kind="node_seen")] == ["node-old"]
     # With the default setting nothing is stale after a second or two.
     assert make_api().get("/api/v1/nodes", stale="true")["results"] == []
+
+
+def test_pods_count_counts_each_pod_once_across_plugin_and_claim_holders(api: Api) -> None:
+    def claim(device: str) -> dict[str, Any]:
+        return {
+            "claim_name": f"claim-{device}",
+            "claim_namespace": "ml",
+            "claim_resources": [
+                {"driver_name": "gpu.example.com", "pool_name": "node-a", "device_name": device}
+            ],
+        }
+
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
+    plugin_only = [pod("plugin-a", containers={"m": [held(GPU, "gpu-0")]})]
+    api.ingest_podresources(podresources("node-a", plugin_only, 1))
+    # Pods in one table only: the count is that table's.
+    assert api.get("/api/v1/pods")["count"] == 1
+    assert api.get("/api/v1/pods", q="plugin")["count"] == 1
+    both = {
+        **pod("both-b"),
+        "containers": [
+            {"name": "m", "devices": [held(GPU, "gpu-1")], "dynamic_resources": [claim("d0")]}
+        ],
+    }
+    claim_only = {
+        **pod("claim-c"),
+        "containers": [{"name": "m", "devices": [], "dynamic_resources": [claim("d1")]}],
+    }
+    api.ingest_podresources(podresources("node-a", [*plugin_only, both, claim_only], 2))
+    page = api.get("/api/v1/pods")
+    assert [p["name"] for p in page["results"]] == ["both-b", "claim-c", "plugin-a"]
+    assert (page["count"], page["count_exact"]) == (3, True)
+    assert api.get("/api/v1/pods", q="b")["count"] == 1
+    assert api.get("/api/v1/pods", q="-")["count"] == 3
