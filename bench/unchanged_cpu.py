@@ -7,6 +7,9 @@ the median ratio of CPU time per request, which a shared machine's swings in spe
 
     git worktree add /tmp/before <commit>
     .venv/bin/python bench/unchanged_cpu.py --other /tmp/before --blocks 60
+
+The snapshot is a small one (two pods, four devices) unless `--real-size`: then each node's is
+bench/scale.py's, 32 pods holding 36 of 64 devices, with the allocatable list of all 64.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest import migrate_and_create_token, new_postgres_database, pods_snapshot
+from scale import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 50
@@ -74,7 +78,7 @@ async def post(app: Any, body: bytes, token: str) -> bytes:
     return b"".join(answer)
 
 
-async def serve_blocks(database: str) -> None:
+async def serve_blocks(database: str, real_size: bool) -> None:
     """Child: set up, print "ready", then run one block per line read from stdin and print its
     CPU milliseconds per request; an empty line ends it."""
     # The app comes from the checkout this child runs in, which may not be this one.
@@ -89,10 +93,15 @@ async def serve_blocks(database: str) -> None:
     nodes = [f"bench-node-{i:05d}" for i in range(NODES)]
     seq = 1
 
+    fleet = Fleet(gpus=8, slices=56)
+
+    def snapshot(n: int, node: str) -> dict[str, Any]:
+        return fleet.podresources(node, n, seq) if real_size else pods_snapshot(node, seq, 0)
+
     def next_round() -> list[bytes]:
         nonlocal seq
         seq += 1
-        return [json.dumps(pods_snapshot(node, seq, 0)).encode() for node in nodes]
+        return [json.dumps(snapshot(n, node)).encode() for n, node in enumerate(nodes)]
 
     async with app.router.lifespan_context(app):
         for _ in range(5):  # the first creates the nodes; the rest warm up
@@ -113,9 +122,10 @@ async def serve_blocks(database: str) -> None:
 
 
 class Child:
-    def __init__(self, checkout: Path, database: str) -> None:
+    def __init__(self, checkout: Path, database: str, real_size: bool) -> None:
+        size = ["--real-size"] if real_size else []
         self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", database],
+            [sys.executable, str(Path(__file__).resolve()), "--child", database, *size],
             cwd=checkout,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -137,8 +147,9 @@ class Child:
         self.process.wait(timeout=60)
 
 
-def compare(other: Path, blocks: int) -> None:
-    this, that = Child(ROOT, "devicedeck_cpu_this"), Child(other, "devicedeck_cpu_other")
+def compare(other: Path, blocks: int, real_size: bool) -> None:
+    this = Child(ROOT, "devicedeck_cpu_this", real_size)
+    that = Child(other, "devicedeck_cpu_other", real_size)
     ratios, these, those = [], [], []
     try:
         for index in range(blocks):
@@ -168,14 +179,15 @@ def main() -> None:
     )
     parser.add_argument("--other", type=Path, help="another checkout to compare with")
     parser.add_argument("--blocks", type=int, default=60)
+    parser.add_argument("--real-size", action="store_true", help="bench/scale.py's snapshot")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        asyncio.run(serve_blocks(args.child))
+        asyncio.run(serve_blocks(args.child, args.real_size))
     elif args.other:
-        compare(args.other.resolve(), args.blocks)
+        compare(args.other.resolve(), args.blocks, args.real_size)
     else:
-        compare(ROOT, args.blocks)
+        compare(ROOT, args.blocks, args.real_size)
 
 
 if __name__ == "__main__":
