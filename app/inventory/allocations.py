@@ -12,15 +12,28 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Table, Update, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    String,
+    Table,
+    any_,
+    bindparam,
+    delete,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from app.inventory.bulk import BulkInsert
+from app.inventory.bulk import BulkInsert, BulkInsertReturning
 from app.inventory.events import EventLog
 from app.inventory.fields import PRESENT, UNKNOWN
 from app.inventory.models import Allocation, Device, NodeResource, table_of
 from app.inventory.node_limits import check_node_device_limit
-from app.inventory.receipts import forget_content_hash, listandwatch_stream
+from app.inventory.receipts import forget_content_hashes, listandwatch_stream
 from app.inventory.schemas import PodResourcesSnapshot
 
 AllocationKey = tuple[str, str, str, str, str]  # namespace, pod, container, resource, device ID
@@ -65,15 +78,29 @@ class HeldDevice:
     health: str
 
 
+def on_postgresql(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+# On PostgreSQL a list of values travels as one array parameter: the statement's text is the
+# same whatever the list's length, so neither SQLAlchemy nor psycopg renders or parses it again.
+# SQLite gets an IN list.
 _devices = table_of(Device)
 _NODE_DEVICES = select(
     _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health
-).where(
-    _devices.c.node_id == bindparam("node_id"),
-    _devices.c.resource.in_(bindparam("resources", expanding=True)),
+).where(_devices.c.node_id == bindparam("node_id"))
+_NODE_DEVICES_IN = _NODE_DEVICES.where(
+    _devices.c.resource.in_(bindparam("resources", expanding=True))
 )
-_INSERT_DEVICES = insert(_devices).returning(
-    _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health
+_NODE_DEVICES_ANY = _NODE_DEVICES.where(
+    _devices.c.resource == any_(bindparam("resources", type_=ARRAY(String())))
+)
+# Devices first referenced here, before any plugin snapshot: health Unknown until one comes.
+_INSERT_DEVICES = BulkInsertReturning(
+    _devices,
+    shared=("node_id", "health", "health_source", "state", "first_seen", "last_seen"),
+    per_row=("resource", "device_id", "numa_nodes"),
+    returning=("id", "resource", "device_id", "health"),
 )
 
 
@@ -97,9 +124,10 @@ def ensure_devices(
     if not referenced:
         return {}
     resources = sorted({resource for resource, _ in referenced})
+    read = _NODE_DEVICES_ANY if on_postgresql(session) else _NODE_DEVICES_IN
     devices = {
         (row.resource, row.device_id): HeldDevice(row.id, row.health)
-        for row in session.execute(_NODE_DEVICES, {"node_id": node_id, "resources": resources})
+        for row in session.execute(read, {"node_id": node_id, "resources": resources})
     }
     missing = sorted(referenced - devices.keys())
     if not missing:
@@ -126,7 +154,7 @@ def ensure_devices(
     ]
     created = {
         (row.resource, row.device_id): HeldDevice(row.id, row.health)
-        for row in session.execute(_INSERT_DEVICES, rows)
+        for row in _INSERT_DEVICES.execute_returning(session, rows)
     }
     for (resource, device_id), row in zip(missing, rows, strict=True):
         log.add(
@@ -138,18 +166,33 @@ def ensure_devices(
             after={"health": UNKNOWN, "numa_nodes": row["numa_nodes"], "via": "podresources"},
         )
     devices.update(created)
-    for resource in sorted({resource for resource, _ in missing}):
-        forget_content_hash(session, node_id, listandwatch_stream(resource))
+    forget_content_hashes(
+        session,
+        node_id,
+        [listandwatch_stream(resource) for resource in sorted({r for r, _ in missing})],
+    )
     return devices
 
 
-def ending(table: Table) -> Update:
-    """Ends the open rows whose ids are given (`ids`) at `at`."""
-    return (
-        update(table)
-        .where(table.c.id.in_(bindparam("ids", expanding=True)))
-        .values(ended=bindparam("at", type_=table.c.ended.type))
-    )
+class Ending:
+    """Ends the open rows of `table` whose ids are given, at a time."""
+
+    def __init__(self, table: Table) -> None:
+        self._in_list = (
+            update(table)
+            .where(table.c.id.in_(bindparam("ids", expanding=True)))
+            .values(ended=bindparam("at", type_=table.c.ended.type))
+        )
+        self._any = (
+            update(table)
+            .where(table.c.id == any_(bindparam("ids", type_=ARRAY(BigInteger()))))
+            .values(ended=bindparam("at", type_=table.c.ended.type))
+        )
+
+    def execute(self, session: Session, ids: list[int], at: datetime) -> None:
+        if ids:
+            statement = self._any if on_postgresql(session) else self._in_list
+            session.execute(statement, {"ids": ids, "at": at})
 
 
 # Core statements built once (see app/inventory/receipts.py): a PodResources snapshot runs them all.
@@ -165,7 +208,7 @@ _CURRENT_ALLOCATIONS = select(
     _allocations.c.device_pk,
     _allocations.c.started,
 ).where(_allocations.c.node_id == bindparam("node_id"), _allocations.c.ended.is_(None))
-_END_ALLOCATIONS = ending(_allocations)
+_END_ALLOCATIONS = Ending(_allocations)
 _SET_POD_UID = (
     update(_allocations)
     .where(_allocations.c.id == bindparam("allocation_id"))
@@ -216,8 +259,7 @@ def replace_allocations(
             container=allocation.container,
             before={"started": allocation.started.isoformat(), "pod_uid": allocation.pod_uid},
         )
-    if ended:
-        session.execute(_END_ALLOCATIONS, {"ids": ended, "at": now})
+    _END_ALLOCATIONS.execute(session, ended, now)
     learned_uids = [
         {"allocation_id": allocation.id, "uid": uid}
         for key, allocation in current.items()
@@ -256,20 +298,56 @@ def replace_allocations(
     _INSERT_ALLOCATIONS.execute(session, rows)
 
 
+_node_resources = table_of(NodeResource)
+_DELETE_ALLOCATABLE = delete(_node_resources).where(
+    _node_resources.c.node_id == bindparam("node_id")
+)
+_INSERT_ALLOCATABLE = insert(_node_resources)
+# One statement on PostgreSQL, which writes only what differs from what is stored: a set the
+# snapshot no longer lists is deleted, a new or changed one written; an unchanged set, the
+# common case, is left alone (its updated_at is when it last changed).
+_REPLACE_ALLOCATABLE = text(
+    "WITH wanted AS ("
+    " SELECT r.resource, r.ids FROM jsonb_to_recordset(:sets) AS r(resource varchar, ids jsonb)"
+    "), dropped AS ("
+    " DELETE FROM node_resources n WHERE n.node_id = :node_id"
+    " AND n.resource NOT IN (SELECT resource FROM wanted)"
+    ") "
+    "INSERT INTO node_resources (node_id, resource, allocatable_device_ids, updated_at) "
+    "SELECT :node_id, resource, ids::json, :now FROM wanted "
+    "ON CONFLICT (node_id, resource) DO UPDATE "
+    "SET allocatable_device_ids = excluded.allocatable_device_ids, "
+    "updated_at = excluded.updated_at "
+    "WHERE node_resources.allocatable_device_ids::jsonb "
+    "<> excluded.allocatable_device_ids::jsonb"
+).bindparams(
+    bindparam("sets", type_=postgresql.JSONB),
+    bindparam("node_id", type_=_node_resources.c.node_id.type),
+    bindparam("now", type_=_node_resources.c.updated_at.type),
+)
+
+
 def replace_allocatable(
     session: Session, node_id: int, allocatable: dict[str, set[str]], now: datetime
 ) -> None:
-    session.execute(delete(NodeResource).where(NodeResource.node_id == node_id))
-    if allocatable:
+    """The node's allocatable sets become those given, each stored as sorted device IDs."""
+    sets = [
+        {"resource": resource, "ids": sorted(ids)} for resource, ids in sorted(allocatable.items())
+    ]
+    if on_postgresql(session):
+        session.execute(_REPLACE_ALLOCATABLE, {"sets": sets, "node_id": node_id, "now": now})
+        return
+    session.execute(_DELETE_ALLOCATABLE, {"node_id": node_id})
+    if sets:
         session.execute(
-            insert(NodeResource),
+            _INSERT_ALLOCATABLE,
             [
                 {
                     "node_id": node_id,
-                    "resource": resource,
-                    "allocatable_device_ids": sorted(ids),
+                    "resource": entry["resource"],
+                    "allocatable_device_ids": entry["ids"],
                     "updated_at": now,
                 }
-                for resource, ids in sorted(allocatable.items())
+                for entry in sets
             ],
         )

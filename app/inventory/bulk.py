@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Table, bindparam, insert, text
+from sqlalchemy import Row, Table, bindparam, insert, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -64,3 +64,38 @@ class BulkInsert:
         ]
         shared = {name: rows[0][name] for name in self.shared}
         session.execute(self._from_json, {**shared, "rows": json_rows})
+
+
+class BulkInsertReturning(BulkInsert):
+    """A BulkInsert that answers, for each row inserted, the `returning` columns (in no set
+    order): for a caller that needs the ids the database gave."""
+
+    def __init__(
+        self,
+        table: Table,
+        *,
+        shared: Sequence[str],
+        per_row: Sequence[str],
+        returning: Sequence[str],
+    ) -> None:
+        super().__init__(
+            table,
+            shared=shared,
+            per_row=per_row,
+            around="{insert} RETURNING " + ", ".join(returning),
+        )
+        self._executemany_returning = insert(table).returning(*(table.c[n] for n in returning))
+
+    def execute_returning(
+        self, session: Session, rows: Sequence[dict[str, Any]]
+    ) -> Sequence[Row[Any]]:
+        """Insert `rows` as `execute` does; the rows inserted, as `returning` names them."""
+        if not rows:
+            return []
+        if session.get_bind().dialect.name != "postgresql":
+            return session.execute(self._executemany_returning, rows).all()
+        json_rows = [
+            {key: row[key] for key in self.per_row if row[key] is not None} for row in rows
+        ]
+        shared = {name: rows[0][name] for name in self.shared}
+        return session.execute(self._from_json, {**shared, "rows": json_rows}).all()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from app.inventory.allocations import ending
+from app.inventory.allocations import Ending
+from app.inventory.bulk import BulkInsert
 from app.inventory.events import EventLog
 from app.inventory.models import ClaimAllocation, table_of
 from app.inventory.schemas import PodResourcesSnapshot
@@ -28,8 +29,23 @@ _CURRENT_CLAIMS = select(
     _claims.c.device,
     _claims.c.share_id,
 ).where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
-_END_CLAIMS = ending(_claims)
-_INSERT_CLAIMS = insert(_claims)
+_END_CLAIMS = Ending(_claims)
+_INSERT_CLAIMS = BulkInsert(
+    _claims,
+    shared=("node_id", "started"),
+    per_row=(
+        "namespace",
+        "pod",
+        "container",
+        "claim_namespace",
+        "claim_name",
+        "driver",
+        "pool",
+        "device",
+        "share_id",
+        "cdi_devices",
+    ),
+)
 
 
 def replace_claim_allocations(
@@ -80,8 +96,7 @@ def replace_claim_allocations(
             container=claim_row.container,
             before={"claim": f"{claim_row.claim_namespace}/{claim_row.claim_name}"},
         )
-    if ended:
-        session.execute(_END_CLAIMS, {"ids": ended, "at": now})
+    _END_CLAIMS.execute(session, ended, now)
     rows = []
     for key in sorted(wanted.keys() - current.keys(), key=str):
         (
@@ -122,5 +137,4 @@ def replace_claim_allocations(
             container=container_name,
             after={"claim": f"{claim_ns}/{claim_name}", "share_id": share_id},
         )
-    if rows:
-        session.execute(_INSERT_CLAIMS, rows)
+    _INSERT_CLAIMS.execute(session, rows)

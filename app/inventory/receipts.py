@@ -218,6 +218,22 @@ def forget_content_hash(session: Session, node_id: int, stream: str) -> None:
     )
 
 
+_FORGET_CONTENT_HASHES = (
+    update(_receipts)
+    .where(
+        _receipts.c.node_id == bindparam("of_node"),
+        _receipts.c.stream.in_(bindparam("streams", expanding=True)),
+    )
+    .values(content_hash=None)
+)
+
+
+def forget_content_hashes(session: Session, node_id: int, streams: list[str]) -> None:
+    """`forget_content_hash` for several of the node's streams, in one statement."""
+    if streams:
+        session.execute(_FORGET_CONTENT_HASHES, {"of_node": node_id, "streams": streams})
+
+
 def listandwatch_stream(resource: str) -> str:
     return f"listandwatch/{resource}"
 
