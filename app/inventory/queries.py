@@ -6,9 +6,10 @@ Every list is ordered by a unique key and paged with keyset cursors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -32,7 +33,15 @@ from app.inventory.health_order import ATTENTION_SORT, HEALTH_SORT, health_first
 from app.inventory.history import device_history
 from app.inventory.models import Allocation, Device, DeviceCount, Node
 from app.inventory.node_status import node_details
-from app.inventory.pages import Keyset, Page, after_key, bounded_count, check_limit, decode_cursor
+from app.inventory.pages import (
+    Keyset,
+    Page,
+    after_key,
+    among,
+    bounded_count,
+    check_limit,
+    decode_cursor,
+)
 
 STATE_VALUES = (PRESENT, REMOVED, "any")
 
@@ -187,7 +196,7 @@ def list_devices(
     columns = DEVICE_SORTS[key](health)
     order = Keyset(sort, columns, descending)
     conditions = _device_conditions(filters, clock)
-    base = select(Device, *SUMMARY_NODE_COLUMNS).join(Node, Node.id == Device.node_id)
+    base = select(*SUMMARY_COLUMNS).join(Node, Node.id == Device.node_id)
     if key in HEALTH_FIRST_SORTS:
         ranked = health_first_query(
             HEALTH_FIRST_SORTS[key],
@@ -204,20 +213,14 @@ def list_devices(
         query = order.page_query(base.where(*conditions).add_columns(*columns), cursor, limit)
         found = session.execute(query).all()
     rows, next_cursor = order.cut(
-        found,
-        limit,
-        lambda row: [_jsonable(v) for v in row[1 + len(SUMMARY_NODE_COLUMNS) :]],
+        found, limit, lambda row: [_jsonable(v) for v in row[SUMMARY_WIDTH:]]
     )
     matching = select(Device.id).where(*conditions)
     if filters.health is not None:  # only the health filter reads the node (its last_seen)
         matching = matching.join(Node, Node.id == Device.node_id)
     count, exact = bounded_count(session, matching)
-    allocations = current_allocations_by_device(session, [row[0].id for row in rows])
-    nodes = len(SUMMARY_NODE_COLUMNS)
-    items = [
-        device_summary(row[0], SummaryNode(*row[1 : 1 + nodes]), allocations.get(row[0].id), clock)
-        for row in rows
-    ]
+    allocations = current_allocations_by_device(session, [row[0] for row in rows])
+    items = [device_summary(row, allocations.get(row[0]), clock) for row in rows]
     return Page(items=items, next_cursor=next_cursor, count=count, count_exact=exact)
 
 
@@ -236,72 +239,114 @@ def _jsonable(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-def current_allocations_by_device(session: Session, device_pks: list[int]) -> dict[int, Allocation]:
+def current_allocations_by_device(session: Session, device_pks: list[int]) -> dict[int, Any]:
+    """Each device's current allocation (its first, when several pods share it), as a row of
+    ALLOCATION_SUMMARY_COLUMNS."""
     if not device_pks:
         return {}
-    found: dict[int, Allocation] = {}
-    for allocation in session.scalars(
-        select(Allocation)
-        .where(Allocation.device_pk.in_(device_pks), Allocation.ended.is_(None))
+    found: dict[int, Any] = {}
+    for allocation in session.execute(
+        select(*ALLOCATION_SUMMARY_COLUMNS)
+        .where(among(session, Allocation.device_pk, device_pks), Allocation.ended.is_(None))
         .order_by(Allocation.started, Allocation.id)
     ):
-        found.setdefault(allocation.device_pk, allocation)
+        found.setdefault(allocation[0], allocation)
     return found
 
 
-def allocation_summary(allocation: Allocation | None) -> dict[str, Any] | None:
+ALLOCATION_SUMMARY_COLUMNS = (
+    Allocation.device_pk,
+    Allocation.namespace,
+    Allocation.pod,
+    Allocation.container,
+    Allocation.pod_uid,
+    Allocation.started,
+)
+
+
+def allocation_summary(allocation: Sequence[Any] | None) -> dict[str, Any] | None:
+    """A row of ALLOCATION_SUMMARY_COLUMNS as the API shows it."""
     if allocation is None:
         return None
+    _, namespace, pod, container, pod_uid, started = allocation
     return {
-        "namespace": allocation.namespace,
-        "pod": allocation.pod,
-        "container": allocation.container,
-        "pod_uid": allocation.pod_uid,
-        "started": iso(allocation.started),
+        "namespace": namespace,
+        "pod": pod,
+        "container": container,
+        "pod_uid": pod_uid,
+        "started": iso(started),
     }
 
 
-# What a device's summary reads of its node.
-SUMMARY_NODE_COLUMNS = (Node.name, Node.last_seen, Node.capacity, Node.allocatable)
-
-
-class SummaryNode(NamedTuple):
-    name: str
-    last_seen: datetime
-    capacity: dict[str, Any] | None
-    allocatable: dict[str, Any] | None
+# What a device's summary reads, as plain columns read by position: ORM objects, and rows'
+# attributes, cost more than the rest of a page of 500 devices.
+SUMMARY_COLUMNS = (
+    Device.id,
+    Device.resource,
+    Device.device_id,
+    Device.health,
+    Device.raw_health,
+    Device.health_source,
+    Device.state,
+    Device.numa_nodes,
+    Device.first_seen,
+    Device.last_seen,
+    Device.removed_at,
+    Device.removed_by_capacity,
+    Device.health_changed_at,
+    Node.name,
+    Node.last_seen,
+    Node.capacity,
+    Node.allocatable,
+)
+SUMMARY_WIDTH = len(SUMMARY_COLUMNS)
 
 
 def device_summary(
-    device: Device,
-    node: SummaryNode,
-    allocation: Allocation | None,
-    clock: Freshness,
+    row: Sequence[Any], allocation: Sequence[Any] | None, clock: Freshness
 ) -> dict[str, Any]:
-    node_name, node_last_seen = node.name, node.last_seen
-    stale = clock.is_stale(node_last_seen)
+    """A device as the API shows it, from a row starting with SUMMARY_COLUMNS and its current
+    allocation (a row of ALLOCATION_SUMMARY_COLUMNS, or None)."""
+    (
+        pk,
+        resource,
+        device_id,
+        health,
+        raw_health,
+        health_source,
+        state,
+        numa_nodes,
+        first_seen,
+        last_seen,
+        removed_at,
+        removed_by_capacity,
+        health_changed_at,
+        node,
+        node_last_seen,
+        node_capacity,
+        node_allocatable,
+    ) = row[:SUMMARY_WIDTH]
+    stale = node_last_seen < clock.cutoff
     detail = None
-    if device.state != PRESENT:
-        detail = REMOVED_BY_CAPACITY_DETAIL if device.removed_by_capacity else None
+    if state != PRESENT:
+        detail = REMOVED_BY_CAPACITY_DETAIL if removed_by_capacity else None
     elif not stale:
-        detail = health_detail(
-            device.health_source, device.health, node.capacity, node.allocatable, device.resource
-        )
+        detail = health_detail(health_source, health, node_capacity, node_allocatable, resource)
     return {
-        "id": device.id,
-        "node": node_name,
-        "resource": device.resource,
-        "device_id": device.device_id,
-        "health": UNKNOWN if stale else device.health,
-        "raw_health": device.raw_health,
-        "health_source": "stale" if stale else device.health_source,
+        "id": pk,
+        "node": node,
+        "resource": resource,
+        "device_id": device_id,
+        "health": UNKNOWN if stale else health,
+        "raw_health": raw_health,
+        "health_source": "stale" if stale else health_source,
         "health_detail": detail,
-        "state": device.state,
-        "numa_nodes": list(device.numa_nodes),
-        "first_seen": iso(device.first_seen),
-        "last_seen": iso(node_last_seen if device.state == PRESENT else device.last_seen),
-        "removed_at": iso(device.removed_at),
-        "health_changed_at": iso(device.health_changed_at),
+        "state": state,
+        "numa_nodes": list(numa_nodes),
+        "first_seen": iso(first_seen),
+        "last_seen": iso(node_last_seen if state == PRESENT else last_seen),
+        "removed_at": iso(removed_at),
+        "health_changed_at": iso(health_changed_at),
         "node_stale": stale,
         "allocation": allocation_summary(allocation),
     }
@@ -310,16 +355,13 @@ def device_summary(
 def get_device(session: Session, device_pk: int, clock: Freshness) -> dict[str, Any]:
     """A device with its health history and allocation history, newest first."""
     row = session.execute(
-        select(Device, *SUMMARY_NODE_COLUMNS)
-        .join(Node, Node.id == Device.node_id)
-        .where(Device.id == device_pk)
+        select(*SUMMARY_COLUMNS).join(Node, Node.id == Device.node_id).where(Device.id == device_pk)
     ).one_or_none()
     if row is None:
         raise NotFound(f"no device with id {device_pk}")
-    device = row[0]
-    allocations = current_allocations_by_device(session, [device.id])
-    summary = device_summary(device, SummaryNode(*row[1:]), allocations.get(device.id), clock)
-    summary.update(device_history(session, device.id))
+    pk = row[0]
+    summary = device_summary(row, current_allocations_by_device(session, [pk]).get(pk), clock)
+    summary.update(device_history(session, pk))
     return summary
 
 
