@@ -9,8 +9,8 @@ consistent.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from sqlalchemy import (
     ARRAY,
@@ -21,6 +21,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     insert,
+    or_,
     select,
     text,
     update,
@@ -32,7 +33,7 @@ from app.inventory.bulk import BulkInsert, BulkInsertReturning
 from app.inventory.events import EventLog
 from app.inventory.fields import PRESENT, UNKNOWN
 from app.inventory.models import Allocation, Device, NodeResource, table_of
-from app.inventory.node_limits import check_node_device_limit
+from app.inventory.node_limits import check_device_total
 from app.inventory.receipts import forget_content_hashes, listandwatch_stream
 from app.inventory.schemas import PodResourcesSnapshot
 
@@ -70,8 +71,7 @@ def allocatable_sets(snapshot: PodResourcesSnapshot) -> dict[str, set[str]] | No
     return sets
 
 
-@dataclass(frozen=True)
-class HeldDevice:
+class HeldDevice(NamedTuple):
     """What an allocation needs of its device."""
 
     pk: int
@@ -85,22 +85,38 @@ def on_postgresql(session: Session) -> bool:
 # On PostgreSQL a list of values travels as one array parameter: the statement's text is the
 # same whatever the list's length, so neither SQLAlchemy nor psycopg renders or parses it again.
 # SQLite gets an IN list.
+# The node's devices of the resources a snapshot names (removed ones too), and its present
+# devices of every resource, which the per-node device limit counts: one read for both.
 _devices = table_of(Device)
 _NODE_DEVICES = select(
-    _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health
+    _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health, _devices.c.state
 ).where(_devices.c.node_id == bindparam("node_id"))
 _NODE_DEVICES_IN = _NODE_DEVICES.where(
-    _devices.c.resource.in_(bindparam("resources", expanding=True))
+    or_(
+        _devices.c.resource.in_(bindparam("resources", expanding=True)),
+        _devices.c.state == PRESENT,
+    )
 )
 _NODE_DEVICES_ANY = _NODE_DEVICES.where(
-    _devices.c.resource == any_(bindparam("resources", type_=ARRAY(String())))
+    or_(
+        _devices.c.resource == any_(bindparam("resources", type_=ARRAY(String()))),
+        _devices.c.state == PRESENT,
+    )
 )
 # Devices first referenced here, before any plugin snapshot: health Unknown until one comes.
+# Their ListAndWatch streams' receipts forget their content hash (see ensure_devices), on
+# PostgreSQL in the same statement.
 _INSERT_DEVICES = BulkInsertReturning(
     _devices,
     shared=("node_id", "health", "health_source", "state", "first_seen", "last_seen"),
     per_row=("resource", "device_id", "numa_nodes"),
     returning=("id", "resource", "device_id", "health"),
+    around=(
+        "WITH inserted AS ({insert}), forgotten AS ("
+        " UPDATE ingest_receipts SET content_hash = NULL WHERE node_id = :node_id"
+        f" AND stream IN (SELECT DISTINCT '{listandwatch_stream('')}' || resource FROM inserted)"
+        ") SELECT id, resource, device_id, health FROM inserted"
+    ),
 )
 
 
@@ -123,18 +139,20 @@ def ensure_devices(
         referenced.update((resource, device_id) for device_id in ids)
     if not referenced:
         return {}
-    resources = sorted({resource for resource, _ in referenced})
+    resources = {resource for resource, _ in referenced}
     read = _NODE_DEVICES_ANY if on_postgresql(session) else _NODE_DEVICES_IN
-    devices = {
-        (row.resource, row.device_id): HeldDevice(row.id, row.health)
-        for row in session.execute(read, {"node_id": node_id, "resources": resources})
-    }
+    devices: dict[tuple[str, str], HeldDevice] = {}
+    present = 0
+    for pk, resource, device_id, health, state in session.execute(
+        read, {"node_id": node_id, "resources": sorted(resources)}
+    ):
+        present += state == PRESENT
+        if resource in resources:
+            devices[(resource, device_id)] = HeldDevice(pk, health)
     missing = sorted(referenced - devices.keys())
     if not missing:
         return devices
-    check_node_device_limit(
-        session, node_id, field="pod_resources", incoming=len(missing), limit=max_node_devices
-    )
+    check_device_total(present + len(missing), field="pod_resources", limit=max_node_devices)
     rows = [
         {
             "node_id": node_id,
@@ -166,11 +184,10 @@ def ensure_devices(
             after={"health": UNKNOWN, "numa_nodes": row["numa_nodes"], "via": "podresources"},
         )
     devices.update(created)
-    forget_content_hashes(
-        session,
-        node_id,
-        [listandwatch_stream(resource) for resource in sorted({r for r, _ in missing})],
-    )
+    # Another stream's rows: its next snapshot must be applied in full.
+    if not on_postgresql(session):
+        streams = sorted({listandwatch_stream(resource) for resource, _ in missing})
+        forget_content_hashes(session, node_id, streams)
     return devices
 
 

@@ -68,7 +68,9 @@ class BulkInsert:
 
 class BulkInsertReturning(BulkInsert):
     """A BulkInsert that answers, for each row inserted, the `returning` columns (in no set
-    order): for a caller that needs the ids the database gave."""
+    order): for a caller that needs the ids the database gave. `around` wraps the PostgreSQL
+    statement as BulkInsert's does; its `{insert}` ends in RETURNING, and the statement must
+    answer the same columns."""
 
     def __init__(
         self,
@@ -77,12 +79,13 @@ class BulkInsertReturning(BulkInsert):
         shared: Sequence[str],
         per_row: Sequence[str],
         returning: Sequence[str],
+        around: str = "{insert}",
     ) -> None:
         super().__init__(
             table,
             shared=shared,
             per_row=per_row,
-            around="{insert} RETURNING " + ", ".join(returning),
+            around=around.replace("{insert}", "{insert} RETURNING " + ", ".join(returning)),
         )
         self._executemany_returning = insert(table).returning(*(table.c[n] for n in returning))
 

@@ -30,8 +30,13 @@ def check_node_device_limit(
     query = select(func.count()).where(Device.node_id == node_id, Device.state == PRESENT)
     if other_than_resource is not None:
         query = query.where(Device.resource != other_than_resource)
-    total = (session.scalar(query) or 0) + incoming
-    if total > limit:
+    check_device_total((session.scalar(query) or 0) + incoming, field=field, limit=limit)
+
+
+def check_device_total(total: int, *, field: str, limit: int | None) -> None:
+    """Refuse a snapshot that would leave its node with `total` present devices, when that is
+    over `limit`: for a caller that counted them itself."""
+    if limit is not None and total > limit:
         why = f"would give the node {total} devices; one node may have at most {limit}"
         raise InvalidInput(
             "snapshot is over the per-node device limit",

@@ -4,9 +4,13 @@ unchanged one kept), one without them leaves them as they are."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from .conftest import GPU, NIC, Api, held, pod, podresources
+from .conftest import GPU, NIC, Api, MakeApi, dev, held, listandwatch, pod, podresources
+from .test_ingest_validation import PODRES, assert_refused
+
+DONGLE = "example.com/dongle"
 
 
 def allocatable(**sets: list[str]) -> dict[str, Any]:
@@ -69,3 +73,56 @@ def test_allocatable_devices_not_yet_listed_by_a_plugin_are_created_unknown(api:
         assert event["after"]["via"] == "podresources"
     [allocated] = api.events(node="node-b", kind="allocated")
     assert allocated["device"] == devices[(GPU, "g0")]["id"]
+
+
+def test_devices_a_podresources_snapshot_creates_are_removed_by_their_plugins_next_list(
+    api: Api,
+) -> None:
+    """The plugin's stream did not list them: its next snapshot, even with the content it last
+    sent, is applied in full and removes them. A stream whose devices were not touched keeps
+    its unchanged shortcut."""
+    api.ingest_listandwatch(listandwatch("node-c", [dev("g0")], 1))
+    api.ingest_listandwatch(listandwatch("node-c", [dev("n0")], 1, resource=NIC))
+    api.ingest_listandwatch(listandwatch("node-c", [dev("d0")], 1, resource=DONGLE))
+    created = api.ingest_podresources(
+        podresources(
+            "node-c",
+            [pod("p", containers={"c": [held(GPU, "g0", "g1")]})],
+            1,
+            **allocatable(gpu=["g0", "g1"], nic=["n0", "n1"]),
+        )
+    )
+    assert created["added"] == 2
+    for resource, device_id in ((GPU, "g0"), (NIC, "n0")):
+        again = api.ingest_listandwatch(
+            listandwatch("node-c", [dev(device_id)], 2, resource=resource)
+        )
+        assert (again["changed"], again["removed"]) == (True, 1), resource
+    untouched = api.ingest_listandwatch(listandwatch("node-c", [dev("d0")], 2, resource=DONGLE))
+    assert untouched["changed"] is False
+    present = {
+        (d["resource"], d["device_id"])
+        for d in api.devices(node="node-c")
+        if d["state"] == "present"
+    }
+    assert present == {(GPU, "g0"), (NIC, "n0"), (DONGLE, "d0")}
+
+
+def test_the_per_node_limit_counts_present_devices_of_every_resource(
+    make_api: MakeApi, db_rows: Callable[..., dict]
+) -> None:
+    small = make_api(max_devices_per_node=4)
+    small.ingest_listandwatch(listandwatch("node-d", [dev("n0"), dev("n1")], 1, resource=NIC))
+    small.ingest_listandwatch(listandwatch("node-d", [dev("n9")], 2, resource=NIC))
+    before = db_rows()
+    # One NIC present (two removed), two GPUs held, two more allocatable: 5 devices.
+    over = podresources(
+        "node-d",
+        [pod("p", containers={"c": [held(GPU, "g0", "g1")]})],
+        1,
+        **allocatable(gpu=["g0", "g1", "g2", "g3"]),
+    )
+    assert_refused(small.post(PODRES, over, expect=None), "pod_resources", "max_devices_per_node")
+    assert db_rows() == before
+    over["allocatable"]["devices"][0]["device_ids"] = ["g0", "g1", "g2"]
+    assert small.ingest_podresources(over)["added"] == 3
