@@ -8,12 +8,13 @@ directly, so these families are written here; both exposition formats share the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.inventory.fields import HEALTH_VALUES
 from app.inventory.freshness import Freshness
-from app.inventory.gauges import DeviceRow, NodeRow, device_rows, node_rows
+from app.inventory.gauges import FIELD, RECORD, DeviceRow, NodeRow, device_rows, node_rows
 
 
 def label_value(value: str) -> str:
@@ -41,7 +42,7 @@ class FleetGauges:
         self.factory = factory
         self.clock = clock
         self.per_device = per_device
-        self._chunks: dict[tuple[str, str, int, int, int, int], tuple[str, str]] = {}
+        self._nodes: dict[tuple[str, str | None, bool], _NodeLines] = {}
 
     def render(self) -> str:
         clock = self.clock()
@@ -70,41 +71,31 @@ class FleetGauges:
         allocated: list[str] = [_header("devicedeck_node_devices_allocated", ALLOCATED_HELP)]
         seen: list[str] = [_header("devicedeck_node_last_seen_timestamp_seconds", SEEN_HELP)]
         stale: list[str] = [_header("devicedeck_node_stale", STALE_HELP)]
-        # A node's counts seldom change between scrapes: its lines are kept from the last
+        # A node's counters seldom change between scrapes: its lines are kept from the last
         # scrape, keyed by everything they show, and only the changed ones are written again.
-        previous_chunks, chunks = self._chunks, {}
-        previous = None
-        name = ""
-        is_stale = False
-        for row in rows:
-            node, last_seen, resource, healthy, unhealthy, unknown, devices, held = row
-            if node != previous:
-                previous = node
-                is_stale = last_seen < cutoff
-                name = label_value(node)
-                seen.append(
-                    f'devicedeck_node_last_seen_timestamp_seconds{{node="{name}"}} {last_seen!r}\n'
-                )
-                stale.append(f'devicedeck_node_stale{{node="{name}"}} {1 if is_stale else 0}\n')
-            if resource is None:
-                continue
-            if is_stale:
-                healthy, unhealthy, unknown = 0, 0, devices
-            key = (node, resource, healthy, unhealthy, unknown, held)
-            chunk = previous_chunks.get(key)
-            if chunk is None:
-                chunk = self._resource_lines(name, *key[1:])
-            chunks[key] = chunk
-            health.append(chunk[0])
-            allocated.append(chunk[1])
-            total = totals.get(resource)
-            if total is None:
-                totals[resource] = [healthy, unhealthy, unknown]
-            else:
-                total[0] += healthy
-                total[1] += unhealthy
-                total[2] += unknown
-        self._chunks = chunks
+        previous_nodes, nodes = self._nodes, {}
+        for node, last_seen, counters in rows:
+            key = (node, counters, last_seen < cutoff)
+            lines = previous_nodes.get(key)
+            if lines is None:
+                lines = _NodeLines.of(*key)
+            nodes[key] = lines
+            health.append(lines.health)
+            allocated.append(lines.allocated)
+            seen.append(
+                f'devicedeck_node_last_seen_timestamp_seconds{{node="{lines.name}"}} '
+                f"{last_seen!r}\n"
+            )
+            stale.append(lines.stale)
+            for resource, *counts in lines.counts:
+                total = totals.get(resource)
+                if total is None:
+                    totals[resource] = counts
+                else:
+                    total[0] += counts[0]
+                    total[1] += counts[1]
+                    total[2] += counts[2]
+        self._nodes = nodes
         fleet = [_header("devicedeck_devices", DEVICES_HELP)]
         fleet.extend(
             f'devicedeck_devices{{resource="{label_value(resource)}",health="{health_value}"}} '
@@ -115,16 +106,41 @@ class FleetGauges:
         )
         return fleet + health + allocated + seen + stale
 
+
+@dataclass(frozen=True)
+class _NodeLines:
+    """One node's lines of the per-node families but its last-seen time, which changes at
+    every snapshot, and its counts by health per resource, for the fleet's totals."""
+
+    name: str
+    health: str
+    allocated: str
+    stale: str
+    counts: tuple[tuple[str, int, int, int], ...]
+
     @staticmethod
-    def _resource_lines(
-        name: str, resource: str, healthy: int, unhealthy: int, unknown: int, held: int
-    ) -> tuple[str, str]:
-        labels = f'node="{name}",resource="{label_value(resource)}"'
-        return (
-            f'devicedeck_node_devices{{{labels},health="Healthy"}} {healthy}\n'
-            f'devicedeck_node_devices{{{labels},health="Unhealthy"}} {unhealthy}\n'
-            f'devicedeck_node_devices{{{labels},health="Unknown"}} {unknown}\n',
-            f"devicedeck_node_devices_allocated{{{labels}}} {held}\n",
+    def of(node: str, counters: str | None, is_stale: bool) -> _NodeLines:
+        name = label_value(node)
+        health, allocated, counts = [], [], []
+        for entry in sorted(counters.split(RECORD)) if counters else []:
+            resource, *values = entry.split(FIELD)
+            healthy, unhealthy, unknown, devices, held = map(int, values)
+            if is_stale:
+                healthy, unhealthy, unknown = 0, 0, devices
+            labels = f'node="{name}",resource="{label_value(resource)}"'
+            health.append(
+                f'devicedeck_node_devices{{{labels},health="Healthy"}} {healthy}\n'
+                f'devicedeck_node_devices{{{labels},health="Unhealthy"}} {unhealthy}\n'
+                f'devicedeck_node_devices{{{labels},health="Unknown"}} {unknown}\n'
+            )
+            allocated.append(f"devicedeck_node_devices_allocated{{{labels}}} {held}\n")
+            counts.append((resource, healthy, unhealthy, unknown))
+        return _NodeLines(
+            name,
+            "".join(health),
+            "".join(allocated),
+            f'devicedeck_node_stale{{node="{name}"}} {1 if is_stale else 0}\n',
+            tuple(counts),
         )
 
 

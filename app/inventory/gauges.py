@@ -9,8 +9,9 @@ reads the devices table.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Float, and_, cast, extract, select
+from sqlalchemy import ColumnElement, Float, String, and_, cast, extract, func, select
 from sqlalchemy.orm import Session
 
 from app.inventory.fields import HEALTHY, PRESENT
@@ -22,31 +23,41 @@ DEVICES = table_of(Device)
 ALLOCATIONS = table_of(Allocation)
 
 
-# One node and resource: name, last seen (Unix time), resource, then the present devices as
-# reported (a stale node's are not yet Unknown: the caller knows the time): healthy,
-# unhealthy, unknown, all, held. A node without devices has one row with resource None.
-NodeRow = tuple[str, float, str | None, int, int, int, int, int]
+# One node: name, last seen (Unix time), and its per-resource counters of present devices as
+# reported (a stale node's are not yet Unknown: the caller knows the time) in one text, None
+# when it has none. For each resource, "resource healthy unhealthy unknown all held" with
+# FIELD between the values and RECORD between the resources, in no set order.
+NodeRow = tuple[str, float, str | None]
+FIELD = "\x1f"  # the ASCII unit and record separators: no resource name holds them
+RECORD = "\x1e"
 
 
 def node_rows(session: Session) -> list[NodeRow]:
-    """Every node with its per-resource counters, a node's rows together. Plain tuples: a
-    fleet has tens of thousands of these rows, read at every scrape."""
+    """Every node with its per-resource counters, a row per node. The counters come as one
+    text: a fleet has tens of thousands of (node, resource) rows, read at every scrape, and
+    one text per node costs a third of the CPU to read; it is also what tells a node whose
+    counters did not change since the last scrape."""
+    counters: ColumnElement[Any] = COUNTS.c.resource
+    for column in (
+        COUNTS.c.healthy,
+        COUNTS.c.unhealthy,
+        COUNTS.c.unknown,
+        COUNTS.c.devices,
+        COUNTS.c.allocated,
+    ):
+        counters = counters + FIELD + cast(column, String)
     query = (
         select(
             NODES.c.name,
-            # In the database: converting tens of thousands of timestamps in Python costs more
-            # than the rest of a scrape.
+            # In the database: converting thousands of timestamps in Python costs more than
+            # the rest of a scrape.
             cast(extract("epoch", NODES.c.last_seen), Float),
-            COUNTS.c.resource,
-            COUNTS.c.healthy,
-            COUNTS.c.unhealthy,
-            COUNTS.c.unknown,
-            COUNTS.c.devices,
-            COUNTS.c.allocated,
+            func.aggregate_strings(counters, RECORD),
         )
         .select_from(
             NODES.outerjoin(COUNTS, and_(COUNTS.c.node_id == NODES.c.id, COUNTS.c.devices > 0))
         )
+        .group_by(NODES.c.id)
         .order_by(NODES.c.id)
     )
     return session.execute(query).all()  # type: ignore[return-value]

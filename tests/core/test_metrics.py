@@ -118,6 +118,26 @@ def test_every_replica_reports_the_fleet_and_a_stale_node_reads_unknown(
     assert not series(strict, "devicedeck_device_healthy")
 
 
+def test_each_scrape_shows_the_counts_as_they_are_then(api: Api) -> None:
+    """A node's lines are kept from one scrape to the next: a change must still show."""
+    fill(api)
+    first = scrape(api)
+    assert node_devices(first, "node-b", GPU) == {"Healthy": 1, "Unhealthy": 0, "Unknown": 0}
+    api.ingest_listandwatch(listandwatch("node-b", [dev("gpu-0", "Unhealthy"), dev("gpu-1")], 2))
+    api.ingest_listandwatch(listandwatch("node-a", [], 5, resource=NIC))
+    second = scrape(api)
+    assert node_devices(second, "node-b", GPU) == {"Healthy": 1, "Unhealthy": 1, "Unknown": 0}
+    assert node_devices(second, "node-a", NIC) == {}  # no present NIC left: no series
+    assert node_devices(second, "node-a", GPU) == node_devices(first, "node-a", GPU)
+    assert samples_of(second, "devicedeck_devices") == {
+        (GPU, "Healthy"): 3,
+        (GPU, "Unhealthy"): 2,
+    }
+    third = scrape(api)
+    for name in ("devicedeck_node_devices", "devicedeck_node_stale", "devicedeck_devices"):
+        assert series(third, name) == series(second, name), name
+
+
 def samples_of(samples: Samples, name: str) -> dict[tuple[str, str], float]:
     return {
         (dict(labels)["resource"], dict(labels)["health"]): value
