@@ -9,6 +9,7 @@ consistent.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
@@ -17,6 +18,7 @@ from sqlalchemy import (
     BigInteger,
     String,
     Table,
+    and_,
     any_,
     bindparam,
     delete,
@@ -85,24 +87,105 @@ def on_postgresql(session: Session) -> bool:
 # On PostgreSQL a list of values travels as one array parameter: the statement's text is the
 # same whatever the list's length, so neither SQLAlchemy nor psycopg renders or parses it again.
 # SQLite gets an IN list.
-# The node's devices of the resources a snapshot names (removed ones too), and its present
-# devices of every resource, which the per-node device limit counts: one read for both.
+class CurrentAllocation(NamedTuple):
+    """An allocation of the node that has not ended, as a snapshot replaces it."""
+
+    id: int
+    namespace: str
+    pod: str
+    pod_uid: str | None
+    container: str
+    resource: str
+    device_id: str
+    device_pk: int
+    started: datetime
+
+
+@dataclass
+class NodeHoldings:
+    """What a PodResources snapshot replaces, read in one statement: the node's devices of
+    the resources it names (removed ones too) by (resource, device ID), how many devices the
+    node has present (of every resource, for the per-node limit), and its current allocations
+    by AllocationKey."""
+
+    devices: dict[tuple[str, str], HeldDevice]
+    present: int
+    allocations: dict[AllocationKey, CurrentAllocation]
+
+
+# A device with current allocations has `held` > 0 (kept by triggers, migration 0005), so
+# every current allocation of the node comes with its device: allocations are made only here,
+# each on a device of its own node.
 _devices = table_of(Device)
-_NODE_DEVICES = select(
-    _devices.c.id, _devices.c.resource, _devices.c.device_id, _devices.c.health, _devices.c.state
-).where(_devices.c.node_id == bindparam("node_id"))
-_NODE_DEVICES_IN = _NODE_DEVICES.where(
+_allocations = table_of(Allocation)
+_NODE_HOLDINGS = (
+    select(
+        _devices.c.id,
+        _devices.c.resource,
+        _devices.c.device_id,
+        _devices.c.health,
+        _devices.c.state,
+        _allocations.c.id,
+        _allocations.c.namespace,
+        _allocations.c.pod,
+        _allocations.c.pod_uid,
+        _allocations.c.container,
+        _allocations.c.started,
+    )
+    .select_from(
+        _devices.outerjoin(
+            _allocations,
+            and_(_allocations.c.device_pk == _devices.c.id, _allocations.c.ended.is_(None)),
+        )
+    )
+    .where(_devices.c.node_id == bindparam("node_id"))
+)
+_NODE_HOLDINGS_IN = _NODE_HOLDINGS.where(
     or_(
         _devices.c.resource.in_(bindparam("resources", expanding=True)),
         _devices.c.state == PRESENT,
+        _devices.c.held > 0,
     )
 )
-_NODE_DEVICES_ANY = _NODE_DEVICES.where(
+_NODE_HOLDINGS_ANY = _NODE_HOLDINGS.where(
     or_(
         _devices.c.resource == any_(bindparam("resources", type_=ARRAY(String()))),
         _devices.c.state == PRESENT,
+        _devices.c.held > 0,
     )
 )
+
+
+def referenced_devices(
+    wanted: set[AllocationKey], allocatable: dict[str, set[str]] | None
+) -> set[tuple[str, str]]:
+    """(resource, device ID) of every device a snapshot names, held or allocatable."""
+    referenced = {(key[3], key[4]) for key in wanted}
+    for resource, ids in (allocatable or {}).items():
+        referenced.update((resource, device_id) for device_id in ids)
+    return referenced
+
+
+def read_holdings(session: Session, node_id: int, resources: set[str]) -> NodeHoldings:
+    read = _NODE_HOLDINGS_ANY if on_postgresql(session) else _NODE_HOLDINGS_IN
+    holdings = NodeHoldings(devices={}, present=0, allocations={})
+    seen: set[int] = set()
+    for row in session.execute(read, {"node_id": node_id, "resources": sorted(resources)}):
+        pk, resource, device_id, health, state, allocation_id = row[:6]
+        if pk not in seen:
+            seen.add(pk)
+            holdings.present += state == PRESENT
+            if resource in resources:
+                holdings.devices[(resource, device_id)] = HeldDevice(pk, health)
+        if allocation_id is not None:
+            _, namespace, pod, pod_uid, container, started = row[5:]
+            key = (namespace, pod, container, resource, device_id)
+            holdings.allocations[key] = CurrentAllocation(
+                allocation_id, namespace, pod, pod_uid, container, resource, device_id, pk, started
+            )
+    return holdings
+
+
 # Devices first referenced here, before any plugin snapshot: health Unknown until one comes.
 # Their ListAndWatch streams' receipts forget their content hash (see ensure_devices), on
 # PostgreSQL in the same statement.
@@ -124,35 +207,23 @@ def ensure_devices(
     session: Session,
     node_id: int,
     node_name: str,
-    wanted: set[AllocationKey],
+    referenced: set[tuple[str, str]],
     numa_hints: dict[tuple[str, str], set[int]],
-    allocatable: dict[str, set[str]] | None,
+    holdings: NodeHoldings,
     now: datetime,
     log: EventLog,
     *,
     max_node_devices: int | None = None,
 ) -> dict[tuple[str, str], HeldDevice]:
-    """Devices of the node by (resource, device ID); ones referenced before any plugin snapshot
-    are created with health Unknown."""
-    referenced = {(key[3], key[4]) for key in wanted}
-    for resource, ids in (allocatable or {}).items():
-        referenced.update((resource, device_id) for device_id in ids)
-    if not referenced:
-        return {}
-    resources = {resource for resource, _ in referenced}
-    read = _NODE_DEVICES_ANY if on_postgresql(session) else _NODE_DEVICES_IN
-    devices: dict[tuple[str, str], HeldDevice] = {}
-    present = 0
-    for pk, resource, device_id, health, state in session.execute(
-        read, {"node_id": node_id, "resources": sorted(resources)}
-    ):
-        present += state == PRESENT
-        if resource in resources:
-            devices[(resource, device_id)] = HeldDevice(pk, health)
+    """Devices of the node by (resource, device ID), for the `referenced` ones; those
+    referenced before any plugin snapshot are created with health Unknown."""
+    devices = holdings.devices
     missing = sorted(referenced - devices.keys())
     if not missing:
         return devices
-    check_device_total(present + len(missing), field="pod_resources", limit=max_node_devices)
+    check_device_total(
+        holdings.present + len(missing), field="pod_resources", limit=max_node_devices
+    )
     rows = [
         {
             "node_id": node_id,
@@ -213,18 +284,6 @@ class Ending:
 
 
 # Core statements built once (see app/inventory/receipts.py): a PodResources snapshot runs them all.
-_allocations = table_of(Allocation)
-_CURRENT_ALLOCATIONS = select(
-    _allocations.c.id,
-    _allocations.c.namespace,
-    _allocations.c.pod,
-    _allocations.c.pod_uid,
-    _allocations.c.container,
-    _allocations.c.resource,
-    _allocations.c.device_id,
-    _allocations.c.device_pk,
-    _allocations.c.started,
-).where(_allocations.c.node_id == bindparam("node_id"), _allocations.c.ended.is_(None))
 _END_ALLOCATIONS = Ending(_allocations)
 _SET_POD_UID = (
     update(_allocations)
@@ -245,13 +304,11 @@ def replace_allocations(
     wanted: set[AllocationKey],
     uids: dict[tuple[str, str], str],
     devices: dict[tuple[str, str], HeldDevice],
+    current: dict[AllocationKey, CurrentAllocation],
     now: datetime,
     log: EventLog,
 ) -> None:
-    current = {
-        (a.namespace, a.pod, a.container, a.resource, a.device_id): a
-        for a in session.execute(_CURRENT_ALLOCATIONS, {"node_id": node_id})
-    }
+    """The node's current allocations (`current`, which this changes) become those `wanted`."""
     # A pod that came back under the same name with a new UID is a new holder: the earlier
     # incarnation's allocation ends and a new one starts.
     replaced = {

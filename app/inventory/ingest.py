@@ -29,6 +29,8 @@ from app.db import EventLoopDatabase, write_session
 from app.inventory.allocations import (
     allocatable_sets,
     ensure_devices,
+    read_holdings,
+    referenced_devices,
     replace_allocatable,
     replace_allocations,
     wanted_allocations,
@@ -99,18 +101,22 @@ def _replace_allocations(
 ) -> None:
     wanted, numa_hints, uids = wanted_allocations(snapshot)
     allocatable = allocatable_sets(snapshot)
+    referenced = referenced_devices(wanted, allocatable)
+    holdings = read_holdings(session, node_id, {resource for resource, _ in referenced})
     devices = ensure_devices(
         session,
         node_id,
         snapshot.node,
-        wanted,
+        referenced,
         numa_hints,
-        allocatable,
+        holdings,
         now,
         log,
         max_node_devices=max_node_devices,
     )
-    replace_allocations(session, node_id, snapshot.node, wanted, uids, devices, now, log)
+    replace_allocations(
+        session, node_id, snapshot.node, wanted, uids, devices, holdings.allocations, now, log
+    )
     replace_claim_allocations(session, node_id, snapshot, now, log)
     if allocatable is not None:
         replace_allocatable(session, node_id, allocatable, now)
