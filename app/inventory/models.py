@@ -159,6 +159,8 @@ class Device(Base):
             "removed_at",
             where="state = 'removed'",
         ),
+        # The overview's chart window starts at the first device (migration 0013).
+        Index("ix_devices_first_seen", "first_seen"),
         # The holder filters check each allocation's device is present (migration 0011).
         partial_index("ix_devices_present_id", "id", where="state = 'present'"),
         # Device-ID substring search (pg_trgm); SQLite scans.
