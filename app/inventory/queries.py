@@ -456,11 +456,13 @@ def list_nodes(
     elif filters.stale is False:
         conditions.append(Node.last_seen >= clock.cutoff)
     if filters.resource:
+        # A node with a present device of the resource: its counter row says so (devices
+        # counts present ones), one index lookup where the devices would be many.
         conditions.append(
             exists().where(
-                Device.node_id == Node.id,
-                Device.resource == filters.resource,
-                Device.state == PRESENT,
+                DeviceCount.node_id == Node.id,
+                DeviceCount.resource == filters.resource,
+                DeviceCount.devices > 0,
             )
         )
     query = order.page_query(select(Node).where(*conditions), cursor, limit)

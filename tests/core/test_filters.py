@@ -293,3 +293,18 @@ def test_pods_count_counts_each_pod_once_across_plugin_and_claim_holders(api: Ap
     assert (page["count"], page["count_exact"]) == (3, True)
     assert api.get("/api/v1/pods", q="b")["count"] == 1
     assert api.get("/api/v1/pods", q="-")["count"] == 3
+
+
+def test_nodes_by_resource_lists_nodes_with_a_present_device_of_it(api: Api) -> None:
+    api.ingest_listandwatch(listandwatch("node-a", [dev("nic-0")], 1, resource=NIC))
+    api.ingest_listandwatch(listandwatch("node-b", [dev("nic-0")], 1, resource=NIC))
+    api.ingest_listandwatch(listandwatch("node-c", [dev("gpu-0")], 1))
+    assert [n["name"] for n in api.all_pages("/api/v1/nodes", resource=NIC)] == [
+        "node-a",
+        "node-b",
+    ]
+    # node-a's NIC goes: its row stays (removed), but it has no present NIC.
+    api.ingest_listandwatch(listandwatch("node-a", [], 2, resource=NIC))
+    page = api.get("/api/v1/nodes", resource=NIC)
+    assert ([n["name"] for n in page["results"]], page["count"]) == (["node-b"], 1)
+    assert api.get("/api/v1/nodes", resource="example.com/none")["results"] == []
