@@ -33,8 +33,9 @@ NODES = 50
 BLOCK = 100
 
 
-async def post(app: Any, body: bytes, token: str) -> bytes:
-    path = "/api/v1/ingest/podresources"
+async def post(
+    app: Any, body: bytes, token: str, path: str = "/api/v1/ingest/podresources"
+) -> bytes:
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},

@@ -1,4 +1,4 @@
-"""Many rows in one INSERT.
+"""Many rows in one INSERT, or one UPDATE.
 
 On PostgreSQL an executemany through psycopg sends a statement per row, each with its
 parameters to convert; for the dozen-odd rows a snapshot writes, that costs more CPU than the
@@ -10,9 +10,10 @@ parameters. SQLite keeps the executemany, which its driver runs in C.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Table, bindparam, insert, text
+from sqlalchemy import JSON, Row, Table, bindparam, insert, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -102,3 +103,67 @@ class BulkInsertReturning(BulkInsert):
         ]
         shared = {name: rows[0][name] for name in self.shared}
         return session.execute(self._from_json, {**shared, "rows": json_rows}).all()
+
+
+class BulkUpdate:
+    """Updates rows of `table` by their `id`. Each row gives its id and only the columns that
+    change, which may differ from row to row; a column a row leaves out keeps its value.
+
+    On PostgreSQL the rows travel as one JSON array, so the update is one statement (and one
+    run of the table's statement triggers) whatever the number of rows. SQLite runs an
+    executemany per set of columns."""
+
+    def __init__(self, table: Table, *, columns: Sequence[str]) -> None:
+        self.table = table
+        self.columns = tuple(columns)
+        settings = []
+        for name in self.columns:
+            column = table.c[name]
+            sql_type = column.type.compile(_DIALECT)
+            # Text out of the JSON for every type but JSON, which stays JSON.
+            value = f"r.row -> '{name}'" if isinstance(column.type, JSON) else f"r.row ->> '{name}'"
+            settings.append(
+                f"{name} = CASE WHEN r.row ? '{name}' THEN ({value})::{sql_type} "
+                f"ELSE {table.name}.{name} END"
+            )
+        self._from_json = text(
+            f"UPDATE {table.name} SET {', '.join(settings)} "
+            "FROM jsonb_array_elements(:rows) AS r(row) "
+            f"WHERE {table.name}.id = (r.row ->> 'id')::bigint"
+        ).bindparams(bindparam("rows", type_=postgresql.JSONB))
+        self._by_columns: dict[tuple[str, ...], Any] = {}
+
+    def execute(self, session: Session, rows: Sequence[dict[str, Any]]) -> None:
+        """Apply `rows`, each {"id": ..., column: new value, ...}."""
+        if not rows:
+            return
+        if session.get_bind().dialect.name == "postgresql":
+            json_rows = [
+                {
+                    key: value.isoformat() if isinstance(value, datetime) else value
+                    for key, value in row.items()
+                }
+                for row in rows
+            ]
+            session.execute(self._from_json, {"rows": json_rows})
+            return
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for row in rows:
+            columns = tuple(sorted(key for key in row if key != "id"))
+            groups.setdefault(columns, []).append({f"to_{k}": v for k, v in row.items()})
+        for columns, group in groups.items():
+            session.execute(self._statement(columns), group)
+
+    def _statement(self, columns: tuple[str, ...]) -> Any:
+        statement = self._by_columns.get(columns)
+        if statement is None:
+            table = self.table
+            statement = (
+                update(table)
+                .where(table.c.id == bindparam("to_id"))
+                .values(
+                    {name: bindparam(f"to_{name}", type_=table.c[name].type) for name in columns}
+                )
+            )
+            self._by_columns[columns] = statement
+        return statement

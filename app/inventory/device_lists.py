@@ -11,15 +11,16 @@ which keeps the stream's receipt consistent.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
+from app.inventory.bulk import BulkInsertReturning, BulkUpdate
 from app.inventory.derived_health import DERIVED, NotOffered, status_counts, withheld
 from app.inventory.events import EventLog
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY
-from app.inventory.models import Device, Node, PluginRegistration
+from app.inventory.models import Device, Node, PluginRegistration, table_of
 from app.inventory.node_limits import check_node_device_limit
 from app.inventory.schemas import ListAndWatchSnapshot
 
@@ -27,6 +28,66 @@ from app.inventory.schemas import ListAndWatchSnapshot
 def kubelet_health(raw: str) -> str:
     """The kubelet counts only the exact string "Healthy" as healthy."""
     return HEALTHY if raw == HEALTHY else UNHEALTHY
+
+
+_devices = table_of(Device)
+# What a snapshot needs to know of its stream's devices: plain rows, not ORM objects, which
+# cost more CPU to load and to flush than PostgreSQL spends on the rows.
+_LISTED_DEVICES = select(
+    _devices.c.id,
+    _devices.c.device_id,
+    _devices.c.state,
+    _devices.c.health,
+    _devices.c.raw_health,
+    _devices.c.health_source,
+    _devices.c.numa_nodes,
+    _devices.c.first_seen,
+    _devices.c.health_changed_at,
+    _devices.c.removed_by_capacity,
+).where(_devices.c.node_id == bindparam("node_id"), _devices.c.resource == bindparam("resource"))
+_INSERT_DEVICES = BulkInsertReturning(
+    _devices,
+    shared=(
+        "node_id",
+        "resource",
+        "health_source",
+        "state",
+        "first_seen",
+        "last_seen",
+        "health_changed_at",
+    ),
+    per_row=("device_id", "health", "raw_health", "numa_nodes"),
+    returning=("id", "device_id"),
+)
+_UPDATE_DEVICES = BulkUpdate(
+    _devices,
+    columns=(
+        "state",
+        "health",
+        "raw_health",
+        "health_source",
+        "numa_nodes",
+        "last_seen",
+        "removed_at",
+        "removed_by_capacity",
+        "health_changed_at",
+    ),
+)
+
+
+class ListedDevice(NamedTuple):
+    """A device row of the stream, as loaded before the snapshot."""
+
+    id: int
+    device_id: str
+    state: str
+    health: str
+    raw_health: str | None
+    health_source: str
+    numa_nodes: list[Any]
+    first_seen: datetime
+    health_changed_at: datetime | None
+    removed_by_capacity: bool
 
 
 def replace_device_list(
@@ -38,19 +99,25 @@ def replace_device_list(
     *,
     max_node_devices: int | None = None,
 ) -> None:
+    """Rows change only where the snapshot changes them: a present device still listed as it
+    was is not written at all. Its `last_seen` is not kept current while it is present
+    (readers take the node's); it is written when the device leaves, and while a removed
+    device is still listed."""
     existing = {
-        d.device_id: d
-        for d in session.scalars(
-            select(Device).where(Device.node_id == node_id, Device.resource == snapshot.resource)
+        row.device_id: ListedDevice._make(row)
+        for row in session.execute(
+            _LISTED_DEVICES, {"node_id": node_id, "resource": snapshot.resource}
         )
     }
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     gone = _withheld_by_status(session, node_id, snapshot, existing, now)
-    new_devices: list[Device] = []
+    changes: list[dict[str, Any]] = []
+    new_devices: list[dict[str, Any]] = []
 
     def device_event(
         kind: str,
-        device: Device,
+        device_id: str,
+        device_pk: int,
         before: dict[str, Any] | None = None,
         after: dict[str, Any] | None = None,
     ) -> None:
@@ -58,8 +125,8 @@ def replace_device_list(
             kind,
             node=snapshot.node,
             resource=snapshot.resource,
-            device_id=device.device_id,
-            device_pk=device.id,
+            device_id=device_id,
+            device_pk=device_pk,
             before=before,
             after=after,
         )
@@ -69,66 +136,92 @@ def replace_device_list(
         numa = incoming.topology.numa_ids() if incoming.topology else []
         device = existing.pop(incoming.ID, None)
         if device is None:
-            device = Device(
-                node_id=node_id,
-                resource=snapshot.resource,
-                device_id=incoming.ID,
-                health=health,
-                raw_health=incoming.health,
-                health_source=snapshot.health_source,
-                numa_nodes=numa,
-                state=PRESENT,
-                first_seen=now,
-                last_seen=now,
-                health_changed_at=now,
+            new_devices.append(
+                {
+                    "node_id": node_id,
+                    "resource": snapshot.resource,
+                    "health_source": snapshot.health_source,
+                    "state": PRESENT,
+                    "first_seen": now,
+                    "last_seen": now,
+                    "health_changed_at": now,
+                    "device_id": incoming.ID,
+                    "health": health,
+                    "raw_health": incoming.health,
+                    "numa_nodes": numa,
+                }
             )
-            new_devices.append(device)
             continue
-        device.last_seen = now
-        if device.state != PRESENT and incoming.ID not in gone:
-            device_event(
-                "device_reappeared",
-                device,
-                before={"state": device.state},
-                after={"state": PRESENT},
-            )
-            device.state = PRESENT
-            device.removed_at = None
-            device.removed_by_capacity = False
+        pk = device.id
+        change: dict[str, Any] = {}
+        state = device.state
+        if state != PRESENT:
+            # Still listed while removed (by capacity): seen now.
+            change["last_seen"] = now
+            if incoming.ID not in gone:
+                device_event(
+                    "device_reappeared",
+                    incoming.ID,
+                    pk,
+                    before={"state": state},
+                    after={"state": PRESENT},
+                )
+                state = change["state"] = PRESENT
+                change["removed_at"] = None
+                change["removed_by_capacity"] = False
         if device.health != health:
             device_event(
                 "health_changed",
-                device,
+                incoming.ID,
+                pk,
                 before={"health": device.health, "raw_health": device.raw_health},
                 after={"health": health, "raw_health": incoming.health},
             )
-            device.health = health
-            device.health_changed_at = now
-        device.raw_health = incoming.health
-        device.health_source = snapshot.health_source
+            change["health"] = health
+            change["health_changed_at"] = now
+        if device.raw_health != incoming.health:
+            change["raw_health"] = incoming.health
+        if device.health_source != snapshot.health_source:
+            change["health_source"] = snapshot.health_source
         if numa and device.numa_nodes != numa:
             device_event(
                 "topology_changed",
-                device,
+                incoming.ID,
+                pk,
                 before={"numa_nodes": device.numa_nodes},
                 after={"numa_nodes": numa},
             )
-            device.numa_nodes = numa
+            change["numa_nodes"] = numa
         if incoming.ID in gone:
-            mark_removed_by_capacity(device, now, log, **where)
+            change["removed_by_capacity"] = True
+            change["last_seen"] = now
+            if state == PRESENT:
+                change["state"] = REMOVED
+                change["removed_at"] = now
+                _removed_by_capacity_event(log, incoming.ID, pk, where)
+        if change:
+            changes.append({"id": pk, **change})
     for device in existing.values():
         # Not listed: removed by its stream, whatever the Node's status says from now on.
-        device.removed_by_capacity = False
         if device.state == PRESENT:
-            device.state = REMOVED
-            device.removed_at = now
-            device.last_seen = now
+            changes.append(
+                {
+                    "id": device.id,
+                    "state": REMOVED,
+                    "removed_at": now,
+                    "last_seen": now,
+                    "removed_by_capacity": False,
+                }
+            )
             device_event(
                 "device_removed",
-                device,
+                device.device_id,
+                device.id,
                 before={"state": PRESENT},
                 after={"state": REMOVED},
             )
+        elif device.removed_by_capacity:
+            changes.append({"id": device.id, "removed_by_capacity": False})
     if new_devices:
         check_node_device_limit(
             session,
@@ -138,27 +231,35 @@ def replace_device_list(
             limit=max_node_devices,
             other_than_resource=snapshot.resource,
         )
-        session.add_all(new_devices)
-        session.flush()
-        for device in new_devices:
+        pks = {
+            row.device_id: row.id for row in _INSERT_DEVICES.execute_returning(session, new_devices)
+        }
+        for row in new_devices:
+            device_id = row["device_id"]
+            pk = pks[device_id]
             device_event(
                 "device_added",
-                device,
+                device_id,
+                pk,
                 after={
-                    "health": device.health,
-                    "raw_health": device.raw_health,
-                    "numa_nodes": device.numa_nodes,
+                    "health": row["health"],
+                    "raw_health": row["raw_health"],
+                    "numa_nodes": row["numa_nodes"],
                 },
             )
-            if device.device_id in gone:
-                mark_removed_by_capacity(device, now, log, **where)
+            if device_id in gone:
+                changes.append(
+                    {"id": pk, "state": REMOVED, "removed_at": now, "removed_by_capacity": True}
+                )
+                _removed_by_capacity_event(log, device_id, pk, where)
+    _UPDATE_DEVICES.execute(session, changes)
 
 
 def _withheld_by_status(
     session: Session,
     node_id: int,
     snapshot: ListAndWatchSnapshot,
-    existing: dict[str, Device],
+    existing: dict[str, ListedDevice],
     now: datetime,
 ) -> set[str]:
     """Devices of a derived snapshot that the Node's status counts as gone
@@ -186,6 +287,19 @@ def _withheld_by_status(
     return withheld(counts, offered, not_offered)
 
 
+def _removed_by_capacity_event(
+    log: EventLog, device_id: str, device_pk: int, where: dict[str, Any]
+) -> None:
+    log.add(
+        "device_removed",
+        **where,
+        device_id=device_id,
+        device_pk=device_pk,
+        before={"state": PRESENT},
+        after={"state": REMOVED, "reason": REMOVED_BY_CAPACITY_REASON},
+    )
+
+
 def mark_removed_by_capacity(device: Device, now: datetime, log: EventLog, **where: Any) -> None:
     """Remove a device its stream still lists, as the Node's status counts it gone."""
     device.removed_by_capacity = True
@@ -193,14 +307,7 @@ def mark_removed_by_capacity(device: Device, now: datetime, log: EventLog, **whe
         return
     device.state = REMOVED
     device.removed_at = now
-    log.add(
-        "device_removed",
-        **where,
-        device_id=device.device_id,
-        device_pk=device.id,
-        before={"state": PRESENT},
-        after={"state": REMOVED, "reason": REMOVED_BY_CAPACITY_REASON},
-    )
+    _removed_by_capacity_event(log, device.device_id, device.id, where)
 
 
 REMOVED_BY_CAPACITY_REASON = "not offered by the kubelet, and not counted in the Node's capacity"

@@ -1,0 +1,161 @@
+"""Cost of changed ListAndWatch snapshots on PostgreSQL, code against code.
+
+Two kinds of snapshot, as bench/scale.py sends them: a new node's 56-device MIG slice list,
+and an 8-device GPU list whose one device flips between Healthy and Unhealthy. Calls the ASGI
+app directly (no HTTP server, no load generator), one request at a time, in two processes: one
+runs the code of this checkout, the other the code of another checkout (an earlier commit, for
+example `git archive <commit> | tar -x -C /tmp/before`). They take turns, a block of requests
+each, so both see the same machine. For each kind it prints the median service CPU per
+snapshot and wall time per snapshot (which includes PostgreSQL's work, triggers included, as
+requests go one at a time), and the median ratio this/other.
+
+    .venv/bin/python bench/listandwatch_cpu.py --other /tmp/before --blocks 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ingest import migrate_and_create_token, new_postgres_database
+from scale import GPU, MIG, Fleet
+from unchanged_cpu import post
+
+ROOT = Path(__file__).resolve().parents[1]
+FLIP_NODES = 50
+BLOCK = 100
+KINDS = ("new-node", "flip")
+
+
+async def serve_blocks(database: str) -> None:
+    """Child: set up, print "ready", then run one block of each kind per line read from stdin
+    and print, per kind, CPU and wall milliseconds per snapshot; an empty line ends it."""
+    sys.path.insert(0, str(Path.cwd()))
+    from app.config import Settings
+    from app.main import create_app
+
+    url = new_postgres_database(database)
+    token = migrate_and_create_token({**os.environ, "DEVICEDECK_DATABASE_URL": url}, Path.cwd())
+    os.environ["DEVICEDECK_LOG_LEVEL"] = "WARNING"
+    app = create_app(Settings(database_url=url))
+    fleet = Fleet(gpus=8, slices=56)
+    path_body = "/api/v1/ingest/listandwatch"
+    fresh = 0
+    seq = 1
+
+    def new_nodes() -> list[bytes]:
+        nonlocal fresh
+        bodies = []
+        for _ in range(BLOCK):
+            fresh += 1
+            body = fleet.listandwatch(f"new-node-{fresh:06d}", fresh, MIG, 1)
+            bodies.append(json.dumps(body).encode())
+        return bodies
+
+    def flips() -> list[bytes]:
+        nonlocal seq
+        bodies: list[bytes] = []
+        while len(bodies) < BLOCK:
+            seq += 1
+            for n in range(FLIP_NODES):
+                body = fleet.listandwatch(f"flip-node-{n:05d}", n, GPU, seq, sick=seq % 2)
+                if seq % 2 == 0:
+                    for device in body["devices"]:
+                        device["health"] = "Healthy"
+                bodies.append(json.dumps(body).encode())
+        return bodies
+
+    async def timed(bodies: list[bytes]) -> str:
+        started, wall = time.process_time(), time.perf_counter()
+        for body in bodies:
+            if b'"changed":true' not in await post(app, body, token, path_body):
+                raise SystemExit("a changed snapshot was answered unchanged")
+        cpu, wall = time.process_time() - started, time.perf_counter() - wall
+        return f"{cpu / len(bodies) * 1000:.4f} {wall / len(bodies) * 1000:.4f}"
+
+    async with app.router.lifespan_context(app):
+        for _ in range(3):  # the first creates the flip nodes; the rest warm up
+            for body in [*new_nodes(), *flips()]:
+                await post(app, body, token, path_body)
+        loop = asyncio.get_running_loop()
+        print("ready", flush=True)
+        while (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+            print(await timed(new_nodes()), await timed(flips()), flush=True)
+
+
+class Child:
+    def __init__(self, checkout: Path, database: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", database],
+            cwd=checkout,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdin and self.process.stdout
+        self.stdin, self.stdout = self.process.stdin, self.process.stdout
+        if self.stdout.readline().strip() != "ready":
+            raise SystemExit(f"{checkout}: did not start")
+
+    def block(self) -> list[float]:
+        self.stdin.write("go\n")
+        self.stdin.flush()
+        return [float(x) for x in self.stdout.readline().split()]
+
+    def stop(self) -> None:
+        self.stdin.write("\n")
+        self.stdin.flush()
+        self.process.wait(timeout=60)
+
+
+def compare(other: Path, blocks: int) -> None:
+    this, that = Child(ROOT, "devicedeck_lw_this"), Child(other, "devicedeck_lw_other")
+    these: list[list[float]] = []
+    those: list[list[float]] = []
+    try:
+        for index in range(blocks):
+            if index % 2:
+                mine, theirs = this.block(), that.block()
+            else:
+                theirs, mine = that.block(), this.block()
+            these.append(mine)
+            those.append(theirs)
+    finally:
+        this.stop()
+        that.stop()
+    print(f"{blocks} blocks of {BLOCK} snapshots of each kind, one at a time, in turns")
+    for k, kind in enumerate(KINDS):
+        for m, measure in enumerate(("CPU", "wall")):
+            i = k * 2 + m
+            mine = statistics.median(b[i] for b in these)
+            theirs = statistics.median(b[i] for b in those)
+            ratio = statistics.median(a[i] / b[i] for a, b in zip(these, those, strict=True))
+            print(
+                f"{kind:<9} {measure:<4} ms/snapshot: this {mine:7.3f}  other {theirs:7.3f}  "
+                f"median ratio this/other {ratio:.3f}"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--other", type=Path, help="another checkout to compare with")
+    parser.add_argument("--blocks", type=int, default=20)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        asyncio.run(serve_blocks(args.child))
+    else:
+        compare((args.other or ROOT).resolve(), args.blocks)
+
+
+if __name__ == "__main__":
+    main()
