@@ -37,10 +37,11 @@ _LOCK_SEEN_NODE = (
     .where(_nodes.c.name == bindparam("node_name"))
     .with_for_update()
 )
+_NOW = bindparam("now", type_=_nodes.c.last_seen.type)
 _TOUCH_NODE = (
     update(_nodes)
     .where(_nodes.c.id == bindparam("for_node"))
-    .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type), stale_since=None)
+    .values(last_seen=_NOW, stale_since=None)
 )
 
 
@@ -57,20 +58,47 @@ def lock_node(session: Session, name: str, now: datetime, log: EventLog) -> Node
     return session.scalars(_LOCK_NODE, {"name": name}).one()
 
 
-def _insert_node(session: Session, name: str, now: datetime, log: EventLog) -> None:
-    dialect_insert = (
-        postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-    )
-    # RETURNING tells whether this transaction inserted the row; rowcount cannot (-1 on
-    # PostgreSQL through the ORM), and a concurrent first snapshot may have won the insert.
-    inserted = session.execute(
-        dialect_insert(Node)
-        .values(name=name, first_seen=now, last_seen=now)
-        .on_conflict_do_nothing(index_elements=["name"])
-        .returning(Node.id)
-    ).first()
-    if inserted is not None:
-        log.add("node_added", node=name)
+_NEW_NODE = {"name": bindparam("node_name"), "first_seen": _NOW, "last_seen": _NOW}
+# RETURNING tells whether this transaction inserted the row; rowcount cannot (-1 on
+# PostgreSQL through the ORM), and a concurrent first snapshot may have won the insert.
+_INSERT_NODE = {
+    "postgresql": postgresql.insert(_nodes)
+    .values(_NEW_NODE)
+    .on_conflict_do_nothing(index_elements=["name"])
+    .returning(_nodes.c.id),
+    "sqlite": sqlite.insert(_nodes)
+    .values(_NEW_NODE)
+    .on_conflict_do_nothing(index_elements=["name"])
+    .returning(_nodes.c.id),
+}
+
+
+def _insert_node(session: Session, name: str, now: datetime, log: EventLog) -> int | None:
+    """Insert the node's row if no other has its name; its id if this transaction inserted it
+    (the row is then locked until the transaction ends), else None."""
+    statement = _INSERT_NODE[session.get_bind().dialect.name]
+    inserted = session.execute(statement, {"node_name": name, "now": now}).scalar()
+    if inserted is None:
+        return None
+    log.add("node_added", node=name)
+    return int(inserted)
+
+
+# PostgreSQL locks the row and marks it seen in one statement, returning the row as it was
+# before: a CTE's FOR UPDATE takes the lock (waiting for another writer of the node), and
+# the UPDATE then changes the locked row.
+_locked = (
+    select(_nodes.c.id, _nodes.c.last_seen, _nodes.c.stale_since)
+    .where(_nodes.c.name == bindparam("node_name"))
+    .with_for_update()
+    .cte("locked")
+)
+_LOCK_AND_TOUCH_NODE = (
+    update(_nodes)
+    .where(_nodes.c.id == _locked.c.id)
+    .values(last_seen=_NOW, stale_since=None)
+    .returning(_locked.c.id, _locked.c.last_seen, _locked.c.stale_since)
+)
 
 
 def lock_node_seen(
@@ -85,12 +113,22 @@ def lock_node_seen(
 
     A node silent for longer than `stale_after` that no sweep marked stale (it came back
     first) gets its node_stale event now, dated when the sweep would have marked it."""
-    row = session.execute(_LOCK_SEEN_NODE, {"node_name": name}).first()
+    postgresql = session.get_bind().dialect.name == "postgresql"
+    names = {"node_name": name, "now": now}
+    if postgresql:
+        row = session.execute(_LOCK_AND_TOUCH_NODE, names).first()
+    else:
+        row = session.execute(_LOCK_SEEN_NODE, names).first()
     if row is None:
-        _insert_node(session, name, now, log)
-        row = session.execute(_LOCK_SEEN_NODE, {"node_name": name}).one()
+        inserted = _insert_node(session, name, now, log)
+        if inserted is not None:
+            # New: seen now, and never stale.
+            return inserted
+        # Another transaction inserted it first; wait for its lock.
+        row = session.execute(_LOCK_AND_TOUCH_NODE if postgresql else _LOCK_SEEN_NODE, names).one()
     node_id, last_seen, stale_since = row
-    session.execute(_TOUCH_NODE, {"for_node": node_id, "now": now})
+    if not postgresql:
+        session.execute(_TOUCH_NODE, {"for_node": node_id, "now": now})
     if stale_since is None and stale_after is not None and now - last_seen > stale_after:
         stale_since = last_seen + stale_after
         # Its own log: the events of one log share their time, and this one is in the past.
