@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Row, Table, bindparam, insert, text, update
+from sqlalchemy import JSON, BigInteger, Row, Table, bindparam, insert, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -109,28 +109,34 @@ class BulkUpdate:
     """Updates rows of `table` by their `id`. Each row gives its id and only the columns that
     change, which may differ from row to row; a column a row leaves out keeps its value.
 
-    On PostgreSQL the rows travel as one JSON array, so the update is one statement (and one
-    run of the table's statement triggers) whatever the number of rows. SQLite runs an
-    executemany per set of columns."""
+    On PostgreSQL the rows travel as one JSON object keyed by id, so the update is one
+    statement (and one run of the table's statement triggers) whatever the number of rows.
+    The rows to change are found by `id = ANY(ids)`, an index lookup whatever the planner
+    knows: joining the table to the JSON rows instead let a generic plan of the prepared
+    statement scan the whole table. SQLite runs an executemany per set of columns."""
 
     def __init__(self, table: Table, *, columns: Sequence[str]) -> None:
         self.table = table
         self.columns = tuple(columns)
+        row = f"(changes.rows -> {table.name}.id::text)"
         settings = []
         for name in self.columns:
             column = table.c[name]
             sql_type = column.type.compile(_DIALECT)
             # Text out of the JSON for every type but JSON, which stays JSON.
-            value = f"r.row -> '{name}'" if isinstance(column.type, JSON) else f"r.row ->> '{name}'"
+            value = f"{row} -> '{name}'" if isinstance(column.type, JSON) else f"{row} ->> '{name}'"
             settings.append(
-                f"{name} = CASE WHEN r.row ? '{name}' THEN ({value})::{sql_type} "
+                f"{name} = CASE WHEN {row} ? '{name}' THEN ({value})::{sql_type} "
                 f"ELSE {table.name}.{name} END"
             )
         self._from_json = text(
-            f"UPDATE {table.name} SET {', '.join(settings)} "
-            "FROM jsonb_array_elements(:rows) AS r(row) "
-            f"WHERE {table.name}.id = (r.row ->> 'id')::bigint"
-        ).bindparams(bindparam("rows", type_=postgresql.JSONB))
+            "WITH changes AS (SELECT CAST(:rows AS jsonb) AS rows) "
+            f"UPDATE {table.name} SET {', '.join(settings)} FROM changes "
+            f"WHERE {table.name}.id = ANY(:ids)"
+        ).bindparams(
+            bindparam("rows", type_=postgresql.JSONB),
+            bindparam("ids", type_=postgresql.ARRAY(BigInteger)),
+        )
         self._by_columns: dict[tuple[str, ...], Any] = {}
 
     def execute(self, session: Session, rows: Sequence[dict[str, Any]]) -> None:
@@ -138,14 +144,15 @@ class BulkUpdate:
         if not rows:
             return
         if session.get_bind().dialect.name == "postgresql":
-            json_rows = [
-                {
+            by_id = {
+                str(row["id"]): {
                     key: value.isoformat() if isinstance(value, datetime) else value
                     for key, value in row.items()
+                    if key != "id"
                 }
                 for row in rows
-            ]
-            session.execute(self._from_json, {"rows": json_rows})
+            }
+            session.execute(self._from_json, {"rows": by_id, "ids": [row["id"] for row in rows]})
             return
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for row in rows:
