@@ -22,6 +22,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     delete,
+    exists,
     insert,
     or_,
     select,
@@ -34,7 +35,7 @@ from sqlalchemy.orm import Session
 from app.inventory.bulk import BulkInsert, BulkInsertReturning
 from app.inventory.events import EventLog
 from app.inventory.fields import PRESENT, UNKNOWN
-from app.inventory.models import Allocation, Device, NodeResource, table_of
+from app.inventory.models import Allocation, ClaimAllocation, Device, NodeResource, table_of
 from app.inventory.node_limits import check_device_total
 from app.inventory.receipts import forget_content_hashes, listandwatch_stream
 from app.inventory.schemas import PodResourcesSnapshot
@@ -105,12 +106,14 @@ class CurrentAllocation(NamedTuple):
 class NodeHoldings:
     """What a PodResources snapshot replaces, read in one statement: the node's devices of
     the resources it names (removed ones too) by (resource, device ID), how many devices the
-    node has present (of every resource, for the per-node limit), and its current allocations
-    by AllocationKey."""
+    node has present (of every resource, for the per-node limit), its current allocations by
+    AllocationKey, and whether it holds DRA claims now (None: not known, the node has no
+    device to carry the answer)."""
 
     devices: dict[tuple[str, str], HeldDevice]
     present: int
     allocations: dict[AllocationKey, CurrentAllocation]
+    claims_open: bool | None = None
 
 
 # A device with current allocations has `held` > 0 (kept by triggers, migration 0005), so
@@ -118,6 +121,7 @@ class NodeHoldings:
 # each on a device of its own node.
 _devices = table_of(Device)
 _allocations = table_of(Allocation)
+_claims = table_of(ClaimAllocation)
 _NODE_HOLDINGS = (
     select(
         _devices.c.id,
@@ -131,6 +135,9 @@ _NODE_HOLDINGS = (
         _allocations.c.pod_uid,
         _allocations.c.container,
         _allocations.c.started,
+        exists()
+        .where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
+        .label("claims_open"),
     )
     .select_from(
         _devices.outerjoin(
@@ -177,8 +184,9 @@ def read_holdings(session: Session, node_id: int, resources: set[str]) -> NodeHo
             holdings.present += state == PRESENT
             if resource in resources:
                 holdings.devices[(resource, device_id)] = HeldDevice(pk, health)
+        holdings.claims_open = bool(row[11])
         if allocation_id is not None:
-            _, namespace, pod, pod_uid, container, started = row[5:]
+            _, namespace, pod, pod_uid, container, started = row[5:11]
             key = (namespace, pod, container, resource, device_id)
             holdings.allocations[key] = CurrentAllocation(
                 allocation_id, namespace, pod, pod_uid, container, resource, device_id, pk, started

@@ -49,8 +49,16 @@ _INSERT_CLAIMS = BulkInsert(
 
 
 def replace_claim_allocations(
-    session: Session, node_id: int, snapshot: PodResourcesSnapshot, now: datetime, log: EventLog
+    session: Session,
+    node_id: int,
+    snapshot: PodResourcesSnapshot,
+    now: datetime,
+    log: EventLog,
+    *,
+    claims_open: bool | None = None,
 ) -> None:
+    """The node's current claims become those the snapshot lists. `claims_open` False (the
+    node is known to hold none) spares a snapshot that lists none the read."""
     wanted: dict[ClaimKey, list[str]] = {}
     for pod in snapshot.pod_resources:
         for container in pod.containers:
@@ -68,6 +76,8 @@ def replace_claim_allocations(
                         res.share_id,
                     )
                     wanted[key] = [c.name for c in res.cdi_devices]
+    if not wanted and claims_open is False:
+        return
     current = {
         (
             c.namespace,

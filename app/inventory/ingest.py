@@ -117,7 +117,9 @@ def _replace_allocations(
     replace_allocations(
         session, node_id, snapshot.node, wanted, uids, devices, holdings.allocations, now, log
     )
-    replace_claim_allocations(session, node_id, snapshot, now, log)
+    replace_claim_allocations(
+        session, node_id, snapshot, now, log, claims_open=holdings.claims_open
+    )
     if allocatable is not None:
         replace_allocatable(session, node_id, allocatable, now)
 

@@ -3,6 +3,8 @@ allocations: allocations on devices the snapshot no longer names still end."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .conftest import GPU, NIC, Api, dev, held, listandwatch, pod, podresources
 
 
@@ -44,3 +46,40 @@ def test_two_containers_and_two_pods_on_one_node_keep_their_holds_apart(api: Api
         d["device_id"]: (d["allocation"] or {}).get("pod") for d in api.devices(node="node-b")
     }
     assert holders == {"g0": "p", "g1": None, "g2": "q", "g3": "p"}
+
+
+def claim(name: str, device: str) -> dict[str, Any]:
+    return {
+        "claim_name": name,
+        "claim_namespace": "ml",
+        "claim_resources": [
+            {"driver_name": "gpu.example.com", "pool_name": "node-c", "device_name": device}
+        ],
+    }
+
+
+def test_claims_on_a_node_with_devices_start_and_end(api: Api) -> None:
+    """The read that finds the node's devices also tells whether it holds claims: a snapshot
+    without claims still ends the ones it held."""
+    api.ingest_listandwatch(listandwatch("node-c", [dev("g0"), dev("g1")], 1))
+    plain = pod("p", containers={"main": [held(GPU, "g0")]})
+    with_claims = {
+        **pod("q"),
+        "containers": [
+            {"name": "main", "devices": [], "dynamic_resources": [claim("c1", "dra-0")]},
+            {"name": "side", "devices": [held(GPU, "g1")], "dynamic_resources": []},
+        ],
+    }
+    assert api.ingest_podresources(podresources("node-c", [plain], 1))["allocated"] == 1
+    started = api.ingest_podresources(podresources("node-c", [plain, with_claims], 2))
+    assert (started["allocated"], started["released"]) == (2, 0)
+    assert api.ingest_podresources(podresources("node-c", [plain], 3))["released"] == 2
+    assert {e["kind"] for e in api.events(kind="claim_released")} == {"claim_released"}
+    [released] = api.events(kind="claim_released")
+    assert (released["pod"], released["device_id"]) == ("q", "gpu.example.com/node-c/dra-0")
+    assert api.get("/api/v1/pods/ml/q")["running"] is False
+    # No claims held any more, and none listed: only the plugin devices' holds change.
+    other = pod("r", containers={"main": [held(GPU, "g1")]})
+    result = api.ingest_podresources(podresources("node-c", [plain, other], 4))
+    assert (result["allocated"], result["released"]) == (1, 0)
+    assert len(api.events(kind="claim_released")) == 1
