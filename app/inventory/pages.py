@@ -160,17 +160,20 @@ EXACT_COUNT_LIMIT = 10_000
 
 
 def bounded_count(
-    session: Session, rows: Select[Any], limit: int = EXACT_COUNT_LIMIT
+    session: Session, rows: Select[Any], limit: int = EXACT_COUNT_LIMIT, known: int | None = None
 ) -> tuple[int, bool]:
     """How many rows the query gives, and whether that is exact: exact up to `limit`, past it
-    PostgreSQL's row estimate (SQLite, which has no estimate to give, counts them all)."""
-    capped = session.scalar(select(func.count()).select_from(rows.limit(limit + 1).subquery()))
-    if capped is not None and capped <= limit:
-        return capped, True
-    counting = select(func.count()).select_from(rows.subquery())
+    PostgreSQL's row estimate (SQLite, which has no estimate to give, counts them all).
+    `known`, when given, is the exact number, known from elsewhere: it saves counting."""
+    if known is not None and (known <= limit or session.get_bind().dialect.name != "postgresql"):
+        return known, True
+    if known is None:
+        capped = session.scalar(select(func.count()).select_from(rows.limit(limit + 1).subquery()))
+        if capped is not None and capped <= limit:
+            return capped, True
     bind = session.get_bind()
     if bind.dialect.name != "postgresql":
-        return int(session.scalar(counting) or 0), True
+        return int(session.scalar(select(func.count()).select_from(rows.subquery())) or 0), True
     compiled = rows.compile(dialect=bind.dialect)
     plan = (
         session.connection()

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
 from app.clock import iso
+from app.inventory.counter_counts import counted_present_devices
 from app.inventory.derived_health import REMOVED_BY_CAPACITY_DETAIL, health_detail
 from app.inventory.errors import InvalidInput, NotFound, Problem
 from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
@@ -218,10 +219,31 @@ def list_devices(
     matching = select(Device.id).where(*conditions)
     if filters.health is not None:  # only the health filter reads the node (its last_seen)
         matching = matching.join(Node, Node.id == Device.node_id)
-    count, exact = bounded_count(session, matching)
+    count, exact = bounded_count(session, matching, known=_counted(session, filters, clock))
     allocations = current_allocations_by_device(session, [row[0] for row in rows])
     items = [device_summary(row, allocations.get(row[0]), clock) for row in rows]
     return Page(items=items, next_cursor=next_cursor, count=count, count_exact=exact)
+
+
+def _counted(session: Session, filters: DeviceFilters, clock: Freshness) -> int | None:
+    """The number of matches from the counters, for the filters that can match more devices
+    than a count should read (resource, health, holder or not), where the counters count by
+    every filter set; None otherwise."""
+    health = canonical_choice(filters.health, HEALTH_VALUES)
+    state = canonical_choice(filters.state, STATE_VALUES) or PRESENT
+    if state != PRESENT or filters.namespace is not None or filters.pod is not None or filters.q:
+        return None
+    if filters.resource is None and health is None and filters.allocated is None:
+        return None  # counting up to the limit walks an index of present devices: cheaper
+    return counted_present_devices(
+        session,
+        clock,
+        node=filters.node,
+        node_prefix=filters.node_prefix,
+        resource=filters.resource,
+        health=health,
+        allocated=filters.allocated,
+    )
 
 
 def _page_of(base: Select[Any], ranked: Select[Any], descending: bool) -> Select[Any]:

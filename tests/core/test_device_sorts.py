@@ -65,23 +65,8 @@ def test_health_first_sorts_list_what_one_sort_of_every_device_lists(
     """`health` and `attention` read the devices of each health apart (stale nodes' devices
     read Unknown): with filters, both directions and any page length, their pages list what
     one ORDER BY over every matching device lists."""
-    # The stale nodes report first: the clock below makes every node seen before new-c stale.
-    api.ingest_listandwatch(listandwatch("old-b", [dev("g0"), dev("g1", "Unhealthy")], 1))
-    api.ingest_listandwatch(listandwatch("old-a", [dev("g0")], 1))
-    api.ingest_listandwatch(
-        listandwatch("new-c", [dev("g0"), dev("g1", "Unhealthy"), dev("g2")], 1)
-    )
-    api.ingest_listandwatch(listandwatch("new-c", [dev("g0"), dev("g1", "Unhealthy")], 2))
-    api.ingest_listandwatch(listandwatch("new-a", [dev("g0"), dev("g1")], 1))
-    api.ingest_listandwatch(listandwatch("new-a", [dev("n0", "Unhealthy")], 1, resource=NIC))
-    # A device no plugin described yet reads Unknown on a fresh node.
-    api.ingest_podresources(
-        podresources("new-a", [pod("late", containers={"m": [held(GPU, "g0", "g9")]})], 1)
-    )
+    clock = _stale_and_fresh_fleet(api, session_factory)
     with session_factory() as session:
-        cutoff = session.scalar(select(Node.last_seen).where(Node.name == "new-c"))
-        assert cutoff is not None
-        clock = Freshness(cutoff, timedelta(0))
         variants = [
             DeviceFilters(),
             DeviceFilters(state="any"),
@@ -122,3 +107,52 @@ def _one_sort(session: Session, filters: DeviceFilters, clock: Freshness, sort: 
         .order_by(*(c.desc() if sort.startswith("-") else c for c in columns))
     )
     return list(session.scalars(query))
+
+
+def _stale_and_fresh_fleet(api: Api, session_factory: sessionmaker[Session]) -> Freshness:
+    """Two stale nodes and two fresh ones, every health, held and free devices, a removed one
+    and a NIC; returns a clock at which the nodes seen before new-c are stale."""
+    # The stale nodes report first: the clock below makes every node seen before new-c stale.
+    api.ingest_listandwatch(listandwatch("old-b", [dev("g0"), dev("g1", "Unhealthy")], 1))
+    api.ingest_podresources(
+        podresources("old-b", [pod("old", containers={"m": [held(GPU, "g0")]})], 1)
+    )
+    api.ingest_listandwatch(listandwatch("old-a", [dev("g0")], 1))
+    api.ingest_listandwatch(
+        listandwatch("new-c", [dev("g0"), dev("g1", "Unhealthy"), dev("g2")], 1)
+    )
+    api.ingest_listandwatch(listandwatch("new-c", [dev("g0"), dev("g1", "Unhealthy")], 2))
+    api.ingest_listandwatch(listandwatch("new-a", [dev("g0"), dev("g1")], 1))
+    api.ingest_listandwatch(listandwatch("new-a", [dev("n0", "Unhealthy")], 1, resource=NIC))
+    # A device no plugin described yet reads Unknown on a fresh node.
+    api.ingest_podresources(
+        podresources("new-a", [pod("late", containers={"m": [held(GPU, "g0", "g9")]})], 1)
+    )
+    with session_factory() as session:
+        cutoff = session.scalar(select(Node.last_seen).where(Node.name == "new-c"))
+    assert cutoff is not None
+    return Freshness(cutoff, timedelta(0))
+
+
+def test_counts_read_from_the_counters_match_the_devices(
+    api: Api, session_factory: sessionmaker[Session]
+) -> None:
+    """Filters the counters count by take the count from them: the same number as counting
+    the matching devices, stale nodes' devices counted Unknown."""
+    clock = _stale_and_fresh_fleet(api, session_factory)
+    with session_factory() as session:
+        for resource in (None, GPU, NIC):
+            for health in (None, "Healthy", "Unhealthy", "Unknown"):
+                for allocated in (None, True, False):
+                    for node, prefix in ((None, None), ("new-a", None), (None, "old-")):
+                        filters = DeviceFilters(
+                            node=node,
+                            node_prefix=prefix,
+                            resource=resource,
+                            health=health,
+                            allocated=allocated,
+                        )
+                        page = list_devices(session, filters, clock, limit=1000)
+                        expected = len(_one_sort(session, filters, clock, "id"))
+                        assert (page.count, page.count_exact) == (expected, True), filters
+                        assert len(page.items) == expected
