@@ -188,8 +188,12 @@ def apply_snapshot(
 class RecentContent:
     """The content hash this process last stored for each stream: a hint of whether the next
     snapshot is likely unchanged, and so worth the one-statement check before the full path.
-    A wrong hint (after a restart, or when another replica took the last snapshot) costs time,
-    never correctness: the full path finds an unchanged snapshot unchanged by itself."""
+    A wrong hint (when another replica took the last snapshot) costs time, never correctness:
+    the full path finds an unchanged snapshot unchanged by itself.
+
+    A stream this process has not stored yet (a new node's, or any after a restart) goes
+    straight to the full path: for a new node the check is a wasted round trip on every
+    stream, while an unchanged stream pays the full path once, and is then known."""
 
     MAX_ENTRIES = 100_000
 
@@ -197,8 +201,8 @@ class RecentContent:
         self._hashes: dict[tuple[str, str], str] = {}
 
     def may_be_unchanged(self, node: str, stream: str, content_hash: str) -> bool:
-        """False only when this process last stored other content for the stream."""
-        return self._hashes.get((node, stream), content_hash) == content_hash
+        """True only when this process last stored this content for the stream."""
+        return self._hashes.get((node, stream)) == content_hash
 
     def remember(self, node: str, stream: str, content_hash: str) -> None:
         if len(self._hashes) >= self.MAX_ENTRIES:
