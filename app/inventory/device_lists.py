@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.inventory.bulk import BulkInsertReturning, BulkUpdate
@@ -21,7 +21,7 @@ from app.inventory.derived_health import DERIVED, NotOffered, status_counts, wit
 from app.inventory.events import EventLog
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY
 from app.inventory.models import Device, Node, PluginRegistration, table_of
-from app.inventory.node_limits import check_node_device_limit
+from app.inventory.node_limits import check_device_total
 from app.inventory.schemas import ListAndWatchSnapshot
 
 
@@ -45,6 +45,12 @@ _LISTED_DEVICES = select(
     _devices.c.health_changed_at,
     _devices.c.removed_by_capacity,
 ).where(_devices.c.node_id == bindparam("node_id"), _devices.c.resource == bindparam("resource"))
+# Present devices of the node's other resources, for the per-node device limit.
+_PRESENT_ELSEWHERE = select(func.count()).where(
+    _devices.c.node_id == bindparam("node_id"),
+    _devices.c.state == PRESENT,
+    _devices.c.resource != bindparam("resource"),
+)
 _INSERT_DEVICES = BulkInsertReturning(
     _devices,
     shared=(
@@ -223,14 +229,14 @@ def replace_device_list(
         elif device.removed_by_capacity:
             changes.append({"id": device.id, "removed_by_capacity": False})
     if new_devices:
-        check_node_device_limit(
-            session,
-            node_id,
-            field="devices",
-            incoming=len(snapshot.devices),
-            limit=max_node_devices,
-            other_than_resource=snapshot.resource,
-        )
+        if max_node_devices is not None:
+            # The snapshot replaces this resource's list; the node's other resources stay.
+            elsewhere = session.execute(
+                _PRESENT_ELSEWHERE, {"node_id": node_id, "resource": snapshot.resource}
+            ).scalar_one()
+            check_device_total(
+                elsewhere + len(snapshot.devices), field="devices", limit=max_node_devices
+            )
         pks = {
             row.device_id: row.id for row in _INSERT_DEVICES.execute_returning(session, new_devices)
         }
