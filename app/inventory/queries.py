@@ -442,14 +442,20 @@ class NodeFilters:
     resource: str | None = None
 
 
+def counts_by_node(
+    counts: dict[tuple[int, str], dict[str, int]],
+) -> dict[int, dict[str, dict[str, int]]]:
+    """`device_counts`' answer per node id, each node's resources in name order."""
+    grouped: dict[int, dict[str, dict[str, int]]] = {}
+    for (node_id, resource), value in sorted(counts.items()):
+        grouped.setdefault(node_id, {})[resource] = value
+    return grouped
+
+
 def node_summary(
-    node: Node, counts: dict[tuple[int, str], dict[str, int]], clock: Freshness
+    node: Node, resources: dict[str, dict[str, int]], clock: Freshness
 ) -> dict[str, Any]:
-    resources = {
-        resource: value
-        for (node_id, resource), value in sorted(counts.items())
-        if node_id == node.id
-    }
+    """A node as the API shows it, with its per-resource counts (from `counts_by_node`)."""
     return {
         "name": node.name,
         "first_seen": iso(node.first_seen),
@@ -494,9 +500,11 @@ def list_nodes(
         lambda n: [n.name] if key == "name" else [n.last_seen.isoformat(), n.name],
     )
     count = session.scalar(select(func.count()).select_from(Node).where(*conditions))
-    counts = device_counts(session, clock, [n.id for n in nodes])
+    counts = counts_by_node(device_counts(session, clock, [n.id for n in nodes]))
     return Page(
-        items=[node_summary(n, counts, clock) for n in nodes], next_cursor=next_cursor, count=count
+        items=[node_summary(n, counts.get(n.id, {}), clock) for n in nodes],
+        next_cursor=next_cursor,
+        count=count,
     )
 
 
@@ -504,7 +512,8 @@ def get_node(session: Session, name: str, clock: Freshness) -> dict[str, Any]:
     node = session.scalars(select(Node).where(Node.name == name)).one_or_none()
     if node is None:
         raise NotFound(f"no node named {name!r}")
-    summary = node_summary(node, device_counts(session, clock, [node.id]), clock)
+    counts = counts_by_node(device_counts(session, clock, [node.id]))
+    summary = node_summary(node, counts.get(node.id, {}), clock)
     summary.update(node_details(session, node))
     return summary
 
