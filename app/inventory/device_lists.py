@@ -104,17 +104,23 @@ def replace_device_list(
     log: EventLog,
     *,
     max_node_devices: int | None = None,
+    new_node: bool = False,
 ) -> None:
     """Rows change only where the snapshot changes them: a present device still listed as it
     was is not written at all. Its `last_seen` is not kept current while it is present
     (readers take the node's); it is written when the device leaves, and while a removed
-    device is still listed."""
-    existing = {
-        row.device_id: ListedDevice._make(row)
-        for row in session.execute(
-            _LISTED_DEVICES, {"node_id": node_id, "resource": snapshot.resource}
-        )
-    }
+    device is still listed. `new_node`: this transaction inserted the node's row, so the node
+    has no devices to read yet."""
+    existing = (
+        {}
+        if new_node
+        else {
+            row.device_id: ListedDevice._make(row)
+            for row in session.execute(
+                _LISTED_DEVICES, {"node_id": node_id, "resource": snapshot.resource}
+            )
+        }
+    )
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     gone = _withheld_by_status(session, node_id, snapshot, existing, now)
     changes: list[dict[str, Any]] = []
@@ -231,9 +237,13 @@ def replace_device_list(
     if new_devices:
         if max_node_devices is not None:
             # The snapshot replaces this resource's list; the node's other resources stay.
-            elsewhere = session.execute(
-                _PRESENT_ELSEWHERE, {"node_id": node_id, "resource": snapshot.resource}
-            ).scalar_one()
+            elsewhere = (
+                0
+                if new_node
+                else session.execute(
+                    _PRESENT_ELSEWHERE, {"node_id": node_id, "resource": snapshot.resource}
+                ).scalar_one()
+            )
             check_device_total(
                 elsewhere + len(snapshot.devices), field="devices", limit=max_node_devices
             )

@@ -85,8 +85,12 @@ def _replace_device_list(
     now: datetime,
     log: EventLog,
     max_node_devices: int | None,
+    *,
+    new_node: bool,
 ) -> None:
-    replace_device_list(session, node_id, snapshot, now, log, max_node_devices=max_node_devices)
+    replace_device_list(
+        session, node_id, snapshot, now, log, max_node_devices=max_node_devices, new_node=new_node
+    )
     if snapshot.plugin is not None:
         record_plugin(session, node_id, snapshot, now, log)
 
@@ -151,15 +155,19 @@ def apply_snapshot(
         if record_unchanged_snapshot(session, check):
             return IngestResult()
     log = EventLog(at=now, actor=actor)
-    node_id = lock_node_seen(session, snapshot.node, now, log, stale_after)
-    receipt = find_receipt(session, node_id, stream)
+    node = lock_node_seen(session, snapshot.node, now, log, stale_after)
+    node_id = node.id
+    # A node this transaction created has no receipt, and no devices, to look for.
+    receipt = None if node.new else find_receipt(session, node_id, stream)
     order = check_order(receipt, snapshot.source, content_hash, stream)
     if order is Order.REPEAT:
         log.write(session)
         return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
     if receipt is None or receipt.content_hash != content_hash:
         if isinstance(snapshot, ListAndWatchSnapshot):
-            _replace_device_list(session, node_id, snapshot, now, log, max_node_devices)
+            _replace_device_list(
+                session, node_id, snapshot, now, log, max_node_devices, new_node=node.new
+            )
         else:
             _replace_allocations(session, node_id, snapshot, now, log, max_node_devices)
     record_receipt(

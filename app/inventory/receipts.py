@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import psycopg
 from psycopg import AsyncConnection
@@ -101,15 +101,21 @@ _LOCK_AND_TOUCH_NODE = (
 )
 
 
+class LockedNode(NamedTuple):
+    id: int
+    # Inserted by this transaction: nothing refers to it yet (no receipt, no device).
+    new: bool
+
+
 def lock_node_seen(
     session: Session,
     name: str,
     now: datetime,
     log: EventLog,
     stale_after: timedelta | None = None,
-) -> int:
+) -> LockedNode:
     """Lock the node's row (created if new) for a snapshot from it, mark it seen now and no
-    longer stale; returns its id. The whole of it is undone if the snapshot is refused.
+    longer stale. The whole of it is undone if the snapshot is refused.
 
     A node silent for longer than `stale_after` that no sweep marked stale (it came back
     first) gets its node_stale event now, dated when the sweep would have marked it."""
@@ -123,7 +129,7 @@ def lock_node_seen(
         inserted = _insert_node(session, name, now, log)
         if inserted is not None:
             # New: seen now, and never stale.
-            return inserted
+            return LockedNode(inserted, new=True)
         # Another transaction inserted it first; wait for its lock.
         row = session.execute(_LOCK_AND_TOUCH_NODE if postgresql else _LOCK_SEEN_NODE, names).one()
     node_id, last_seen, stale_since = row
@@ -137,7 +143,7 @@ def lock_node_seen(
         outage.write(session)
     if stale_since is not None:
         log.add("node_seen", node=name, before={"stale_since": stale_since.isoformat()})
-    return int(node_id)
+    return LockedNode(int(node_id), new=False)
 
 
 class Order(StrEnum):

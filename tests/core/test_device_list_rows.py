@@ -5,8 +5,9 @@ snapshot brings."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
-from .conftest import GPU, Api, dev, held, listandwatch, pod, podresources
+from .conftest import GPU, Api, MakeApi, dev, held, listandwatch, pod, podresources
 
 
 def test_a_changed_raw_health_within_unhealthy_is_kept_without_an_event(api: Api) -> None:
@@ -88,3 +89,17 @@ def test_a_device_first_named_by_podresources_takes_the_plugin_health(api: Api) 
         "Unhealthy",
         "plugin",
     )
+
+
+def test_a_new_node_over_the_per_node_limit_is_refused_and_not_created(
+    make_api: MakeApi, db_rows: Callable[..., dict]
+) -> None:
+    small = make_api(max_devices_per_node=2)
+    before = db_rows()
+    over = listandwatch("node-new", [dev("a"), dev("b"), dev("c")], 1)
+    refused = small.post("/api/v1/ingest/listandwatch", over, expect=422)
+    assert "max_devices_per_node" in refused.text
+    assert db_rows() == before
+    result = small.ingest_listandwatch(listandwatch("node-new", [dev("a"), dev("b")], 2))
+    assert result["added"] == 2
+    assert [e["kind"] for e in small.events(node="node-new")].count("node_added") == 1
