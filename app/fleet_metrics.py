@@ -7,6 +7,7 @@ directly, so these families are written here; both exposition formats share the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,14 +43,19 @@ class FleetGauges:
         self.factory = factory
         self.clock = clock
         self.per_device = per_device
-        self._nodes: dict[tuple[str, str | None, bool], _NodeLines] = {}
+        # What the last scrape wrote per node, and the fleet totals of those nodes: a scrape
+        # writes again only what changed. One scrape at a time updates them.
+        self._kept: dict[str, _Kept] = {}
+        self._totals: dict[str, list[int]] = {}
+        self._lock = threading.Lock()
 
     def render(self) -> str:
         clock = self.clock()
         with self.factory() as session:
             nodes = node_rows(session)
             devices = device_rows(session, clock.cutoff) if self.per_device else None
-        lines = self._node_lines(nodes, clock)
+        with self._lock:
+            lines = self._node_lines(nodes, clock)
         if devices is not None:
             lines.append(_header("devicedeck_device_healthy", DEVICE_HELP))
             lines.extend(self._device_lines(devices))
@@ -66,36 +72,33 @@ class FleetGauges:
 
     def _node_lines(self, rows: list[NodeRow], clock: Freshness) -> list[str]:
         cutoff = clock.cutoff.timestamp()
-        totals: dict[str, list[int]] = {}
         health: list[str] = [_header("devicedeck_node_devices", NODE_DEVICES_HELP)]
         allocated: list[str] = [_header("devicedeck_node_devices_allocated", ALLOCATED_HELP)]
         seen: list[str] = [_header("devicedeck_node_last_seen_timestamp_seconds", SEEN_HELP)]
         stale: list[str] = [_header("devicedeck_node_stale", STALE_HELP)]
-        # A node's counters seldom change between scrapes: its lines are kept from the last
-        # scrape, keyed by everything they show, and only the changed ones are written again.
-        previous_nodes, nodes = self._nodes, {}
+        # A node's counters seldom change between scrapes: its lines, and its share of the
+        # totals, are kept from the last scrape and replaced only when they change.
+        previous, kept = self._kept, {}
+        totals = {resource: list(counts) for resource, counts in self._totals.items()}
         for node, last_seen, counters in rows:
-            key = (node, counters, last_seen < cutoff)
-            lines = previous_nodes.get(key)
-            if lines is None:
-                lines = _NodeLines.of(*key)
-            nodes[key] = lines
-            health.append(lines.health)
-            allocated.append(lines.allocated)
-            seen.append(
-                f'devicedeck_node_last_seen_timestamp_seconds{{node="{lines.name}"}} '
-                f"{last_seen!r}\n"
-            )
-            stale.append(lines.stale)
-            for resource, *counts in lines.counts:
-                total = totals.get(resource)
-                if total is None:
-                    totals[resource] = counts
-                else:
-                    total[0] += counts[0]
-                    total[1] += counts[1]
-                    total[2] += counts[2]
-        self._nodes = nodes
+            key = (counters, last_seen < cutoff)
+            entry = previous.get(node)
+            if entry is None or entry.key != key:
+                lines = _NodeLines.of(node, *key)
+                if entry is not None:
+                    _add(totals, entry.lines.counts, -1)
+                _add(totals, lines.counts, 1)
+                entry = _Kept(key, lines, last_seen, _seen_line(lines.name, last_seen))
+            elif entry.last_seen != last_seen:
+                entry.last_seen, entry.seen = last_seen, _seen_line(entry.lines.name, last_seen)
+            kept[node] = entry
+            health.append(entry.lines.health)
+            allocated.append(entry.lines.allocated)
+            seen.append(entry.seen)
+            stale.append(entry.lines.stale)
+        for node in previous.keys() - kept.keys():  # nodes deleted since the last scrape
+            _add(totals, previous[node].lines.counts, -1)
+        self._kept, self._totals = kept, totals
         fleet = [_header("devicedeck_devices", DEVICES_HELP)]
         fleet.extend(
             f'devicedeck_devices{{resource="{label_value(resource)}",health="{health_value}"}} '
@@ -105,6 +108,31 @@ class FleetGauges:
             if count
         )
         return fleet + health + allocated + seen + stale
+
+
+def _seen_line(name: str, last_seen: float) -> str:
+    return f'devicedeck_node_last_seen_timestamp_seconds{{node="{name}"}} {last_seen!r}\n'
+
+
+def _add(
+    totals: dict[str, list[int]], counts: tuple[tuple[str, int, int, int], ...], sign: int
+) -> None:
+    for resource, healthy, unhealthy, unknown in counts:
+        total = totals.setdefault(resource, [0, 0, 0])
+        total[0] += sign * healthy
+        total[1] += sign * unhealthy
+        total[2] += sign * unknown
+
+
+@dataclass
+class _Kept:
+    """What the last scrape wrote for one node: its lines for its counters and staleness
+    (`key`), and its last-seen line."""
+
+    key: tuple[str | None, bool]
+    lines: _NodeLines
+    last_seen: float
+    seen: str
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,11 @@ import re
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import delete
+from sqlalchemy.orm import Session, sessionmaker
 
 from app import __version__
+from app.inventory.models import Node
 
 from .conftest import GPU, NIC, Api, MakeApi, StatementCounter, dev, held, listandwatch, pod
 from .conftest import podresources as podresources_snapshot
@@ -118,7 +121,9 @@ def test_every_replica_reports_the_fleet_and_a_stale_node_reads_unknown(
     assert not series(strict, "devicedeck_device_healthy")
 
 
-def test_each_scrape_shows_the_counts_as_they_are_then(api: Api) -> None:
+def test_each_scrape_shows_the_counts_as_they_are_then(
+    api: Api, session_factory: sessionmaker[Session]
+) -> None:
     """A node's lines are kept from one scrape to the next: a change must still show."""
     fill(api)
     first = scrape(api)
@@ -136,6 +141,14 @@ def test_each_scrape_shows_the_counts_as_they_are_then(api: Api) -> None:
     third = scrape(api)
     for name in ("devicedeck_node_devices", "devicedeck_node_stale", "devicedeck_devices"):
         assert series(third, name) == series(second, name), name
+    # A node deleted by hand (its devices and counters go with it) leaves every family.
+    with session_factory() as session:
+        session.execute(delete(Node).where(Node.name == "node-b"))
+        session.commit()
+    fourth = scrape(api)
+    assert set(per_node(fourth, "devicedeck_node_stale")) == {"node-a"}
+    assert node_devices(fourth, "node-b", GPU) == {}
+    assert samples_of(fourth, "devicedeck_devices") == {(GPU, "Healthy"): 2, (GPU, "Unhealthy"): 1}
 
 
 def samples_of(samples: Samples, name: str) -> dict[tuple[str, str], float]:
