@@ -6,15 +6,19 @@ Every list is ordered by a unique key and paged with keyset cursors.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Text,
     and_,
     case,
+    cast,
     exists,
     func,
     literal,
@@ -310,7 +314,8 @@ SUMMARY_COLUMNS = (
     Device.raw_health,
     Device.health_source,
     Device.state,
-    Device.numa_nodes,
+    # As its JSON text: a page has a handful of distinct values, decoded once each.
+    cast(Device.numa_nodes, Text),
     Device.first_seen,
     Device.last_seen,
     Device.removed_at,
@@ -322,6 +327,11 @@ SUMMARY_COLUMNS = (
     Node.allocatable,
 )
 SUMMARY_WIDTH = len(SUMMARY_COLUMNS)
+
+
+@lru_cache(maxsize=256)
+def _numa_nodes(text: str) -> tuple[int, ...]:
+    return tuple(json.loads(text))
 
 
 def device_summary(
@@ -364,7 +374,7 @@ def device_summary(
         "health_source": "stale" if stale else health_source,
         "health_detail": detail,
         "state": state,
-        "numa_nodes": list(numa_nodes),
+        "numa_nodes": list(_numa_nodes(numa_nodes)),
         "first_seen": iso(first_seen),
         "last_seen": iso(node_last_seen if state == PRESENT else last_seen),
         "removed_at": iso(removed_at),
