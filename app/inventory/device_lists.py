@@ -13,15 +13,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.inventory.bulk import BulkInsertReturning, BulkUpdate
 from app.inventory.derived_health import DERIVED, NotOffered, status_counts, withheld
 from app.inventory.events import EventLog
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY
-from app.inventory.models import Device, Node, PluginRegistration, table_of
+from app.inventory.models import Device, IngestReceipt, Node, PluginRegistration, table_of
 from app.inventory.node_limits import check_device_total
+from app.inventory.receipts import RECEIPT_COLUMNS, StreamReceipt, listandwatch_stream
 from app.inventory.schemas import ListAndWatchSnapshot
 
 
@@ -45,6 +46,51 @@ _LISTED_DEVICES = select(
     _devices.c.health_changed_at,
     _devices.c.removed_by_capacity,
 ).where(_devices.c.node_id == bindparam("node_id"), _devices.c.resource == bindparam("resource"))
+_listed_columns = _LISTED_DEVICES.selected_columns
+_receipts = table_of(IngestReceipt)
+_nodes = table_of(Node)
+# The stream's receipt and its devices in one read, made after the node's row is locked, so
+# both are as the last snapshot left them: a row per device with the receipt's columns on
+# each, or one row without device columns when the stream has no device.
+_RECEIPT_AND_DEVICES = (
+    select(*RECEIPT_COLUMNS, *_listed_columns)
+    .select_from(
+        _nodes.outerjoin(
+            _receipts,
+            and_(_receipts.c.node_id == _nodes.c.id, _receipts.c.stream == bindparam("stream")),
+        ).outerjoin(
+            _devices,
+            and_(_devices.c.node_id == _nodes.c.id, _devices.c.resource == bindparam("resource")),
+        )
+    )
+    .where(_nodes.c.id == bindparam("node_id"))
+)
+_RECEIPT_WIDTH = len(RECEIPT_COLUMNS)
+
+
+def read_stream(
+    session: Session, node_id: int, snapshot: ListAndWatchSnapshot
+) -> tuple[StreamReceipt | None, dict[str, ListedDevice]]:
+    """The stream's receipt (None before its first snapshot) and its devices by device ID."""
+    rows = session.execute(
+        _RECEIPT_AND_DEVICES,
+        {
+            "node_id": node_id,
+            "stream": listandwatch_stream(snapshot.resource),
+            "resource": snapshot.resource,
+        },
+    ).all()
+    receipt = rows[0][:_RECEIPT_WIDTH] if rows else None
+    devices = {
+        row[_RECEIPT_WIDTH + 1]: ListedDevice._make(row[_RECEIPT_WIDTH:])
+        for row in rows
+        if row[_RECEIPT_WIDTH] is not None
+    }
+    if receipt is None or receipt[0] is None:
+        return None, devices
+    return StreamReceipt(*receipt), devices
+
+
 # Present devices of the node's other resources, for the per-node device limit.
 _PRESENT_ELSEWHERE = select(func.count()).where(
     _devices.c.node_id == bindparam("node_id"),
@@ -105,22 +151,25 @@ def replace_device_list(
     *,
     max_node_devices: int | None = None,
     new_node: bool = False,
+    listed: dict[str, ListedDevice] | None = None,
 ) -> None:
     """Rows change only where the snapshot changes them: a present device still listed as it
     was is not written at all. Its `last_seen` is not kept current while it is present
     (readers take the node's); it is written when the device leaves, and while a removed
     device is still listed. `new_node`: this transaction inserted the node's row, so the node
-    has no devices to read yet."""
-    existing = (
-        {}
-        if new_node
-        else {
+    has no devices to read yet. `listed`: the stream's devices, when the caller read them
+    (`read_stream`); this function changes the dict."""
+    if new_node:
+        existing: dict[str, ListedDevice] = {}
+    elif listed is not None:
+        existing = listed
+    else:
+        existing = {
             row.device_id: ListedDevice._make(row)
             for row in session.execute(
                 _LISTED_DEVICES, {"node_id": node_id, "resource": snapshot.resource}
             )
         }
-    )
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     gone = _withheld_by_status(session, node_id, snapshot, existing, now)
     changes: list[dict[str, Any]] = []

@@ -36,7 +36,12 @@ from app.inventory.allocations import (
     wanted_allocations,
 )
 from app.inventory.claims import replace_claim_allocations
-from app.inventory.device_lists import record_plugin, replace_device_list
+from app.inventory.device_lists import (
+    ListedDevice,
+    read_stream,
+    record_plugin,
+    replace_device_list,
+)
 from app.inventory.events import EventLog
 from app.inventory.receipts import (
     PODRESOURCES_STREAM,
@@ -87,9 +92,17 @@ def _replace_device_list(
     max_node_devices: int | None,
     *,
     new_node: bool,
+    listed: dict[str, ListedDevice] | None,
 ) -> None:
     replace_device_list(
-        session, node_id, snapshot, now, log, max_node_devices=max_node_devices, new_node=new_node
+        session,
+        node_id,
+        snapshot,
+        now,
+        log,
+        max_node_devices=max_node_devices,
+        new_node=new_node,
+        listed=listed,
     )
     if snapshot.plugin is not None:
         record_plugin(session, node_id, snapshot, now, log)
@@ -157,8 +170,15 @@ def apply_snapshot(
     log = EventLog(at=now, actor=actor)
     node = lock_node_seen(session, snapshot.node, now, log, stale_after)
     node_id = node.id
-    # A node this transaction created has no receipt, and no devices, to look for.
-    receipt = None if node.new else find_receipt(session, node_id, stream)
+    # A node this transaction created has no receipt, and no devices, to look for. A
+    # ListAndWatch stream's receipt comes with its devices, which a changed snapshot needs.
+    listed: dict[str, ListedDevice] | None = None
+    if node.new:
+        receipt = None
+    elif isinstance(snapshot, ListAndWatchSnapshot):
+        receipt, listed = read_stream(session, node_id, snapshot)
+    else:
+        receipt = find_receipt(session, node_id, stream)
     order = check_order(receipt, snapshot.source, content_hash, stream)
     if order is Order.REPEAT:
         log.write(session)
@@ -166,7 +186,14 @@ def apply_snapshot(
     if receipt is None or receipt.content_hash != content_hash:
         if isinstance(snapshot, ListAndWatchSnapshot):
             _replace_device_list(
-                session, node_id, snapshot, now, log, max_node_devices, new_node=node.new
+                session,
+                node_id,
+                snapshot,
+                now,
+                log,
+                max_node_devices,
+                new_node=node.new,
+                listed=listed,
             )
         else:
             _replace_allocations(session, node_id, snapshot, now, log, max_node_devices)

@@ -201,13 +201,17 @@ class StreamReceipt:
     content_hash: str | None
 
 
-_FIND_RECEIPT = select(
+# What StreamReceipt holds, in its order.
+RECEIPT_COLUMNS = (
     _receipts.c.id,
     _receipts.c.boot_id,
     _receipts.c.seq,
     _receipts.c.payload_hash,
     _receipts.c.content_hash,
-).where(_receipts.c.node_id == bindparam("node_id"), _receipts.c.stream == bindparam("stream"))
+)
+_FIND_RECEIPT = select(*RECEIPT_COLUMNS).where(
+    _receipts.c.node_id == bindparam("node_id"), _receipts.c.stream == bindparam("stream")
+)
 _RECEIPT_FIELDS = {
     "boot_id": bindparam("to_boot"),
     "seq": bindparam("to_seq"),
