@@ -18,7 +18,6 @@ from sqlalchemy import (
     BigInteger,
     String,
     Table,
-    and_,
     any_,
     bindparam,
     delete,
@@ -104,11 +103,11 @@ class CurrentAllocation(NamedTuple):
 
 @dataclass
 class NodeHoldings:
-    """What a PodResources snapshot replaces, read in one statement: the node's devices of
-    the resources it names (removed ones too) by (resource, device ID), how many devices the
-    node has present (of every resource, for the per-node limit), its current allocations by
-    AllocationKey, and whether it holds DRA claims now (None: not known, the node has no
-    device to carry the answer)."""
+    """What a PodResources snapshot replaces: the node's devices of the resources it names
+    (removed ones too) by (resource, device ID), how many devices the node has present (of
+    every resource, for the per-node limit), its current allocations by AllocationKey, and
+    whether it holds DRA claims now (None: not known, the node has no device to carry the
+    answer)."""
 
     devices: dict[tuple[str, str], HeldDevice]
     present: int
@@ -116,51 +115,46 @@ class NodeHoldings:
     claims_open: bool | None = None
 
 
-# A device with current allocations has `held` > 0 (kept by triggers, migration 0005), so
-# every current allocation of the node comes with its device: allocations are made only here,
-# each on a device of its own node.
+# Two single-table reads, each by its node index. One read joining devices to their open
+# allocations was tried: psycopg prepares a statement after a few runs, and the generic plan
+# PostgreSQL made for the join while the tables had no statistics yet (a new database filling
+# up) scanned every open allocation of the fleet for each device, 150 ms a snapshot.
 _devices = table_of(Device)
-_allocations = table_of(Allocation)
 _claims = table_of(ClaimAllocation)
-_NODE_HOLDINGS = (
-    select(
-        _devices.c.id,
-        _devices.c.resource,
-        _devices.c.device_id,
-        _devices.c.health,
-        _devices.c.state,
-        _allocations.c.id,
-        _allocations.c.namespace,
-        _allocations.c.pod,
-        _allocations.c.pod_uid,
-        _allocations.c.container,
-        _allocations.c.started,
-        exists()
-        .where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
-        .label("claims_open"),
-    )
-    .select_from(
-        _devices.outerjoin(
-            _allocations,
-            and_(_allocations.c.device_pk == _devices.c.id, _allocations.c.ended.is_(None)),
-        )
-    )
-    .where(_devices.c.node_id == bindparam("node_id"))
-)
-_NODE_HOLDINGS_IN = _NODE_HOLDINGS.where(
+_NODE_DEVICES = select(
+    _devices.c.id,
+    _devices.c.resource,
+    _devices.c.device_id,
+    _devices.c.health,
+    _devices.c.state,
+    exists()
+    .where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
+    .label("claims_open"),
+).where(_devices.c.node_id == bindparam("node_id"))
+_NODE_DEVICES_IN = _NODE_DEVICES.where(
     or_(
         _devices.c.resource.in_(bindparam("resources", expanding=True)),
         _devices.c.state == PRESENT,
-        _devices.c.held > 0,
     )
 )
-_NODE_HOLDINGS_ANY = _NODE_HOLDINGS.where(
+_NODE_DEVICES_ANY = _NODE_DEVICES.where(
     or_(
         _devices.c.resource == any_(bindparam("resources", type_=ARRAY(String()))),
         _devices.c.state == PRESENT,
-        _devices.c.held > 0,
     )
 )
+_allocations = table_of(Allocation)
+_CURRENT_ALLOCATIONS = select(
+    _allocations.c.id,
+    _allocations.c.namespace,
+    _allocations.c.pod,
+    _allocations.c.pod_uid,
+    _allocations.c.container,
+    _allocations.c.resource,
+    _allocations.c.device_id,
+    _allocations.c.device_pk,
+    _allocations.c.started,
+).where(_allocations.c.node_id == bindparam("node_id"), _allocations.c.ended.is_(None))
 
 
 def referenced_devices(
@@ -174,23 +168,25 @@ def referenced_devices(
 
 
 def read_holdings(session: Session, node_id: int, resources: set[str]) -> NodeHoldings:
-    read = _NODE_HOLDINGS_ANY if on_postgresql(session) else _NODE_HOLDINGS_IN
+    read = _NODE_DEVICES_ANY if on_postgresql(session) else _NODE_DEVICES_IN
     holdings = NodeHoldings(devices={}, present=0, allocations={})
-    seen: set[int] = set()
-    for row in session.execute(read, {"node_id": node_id, "resources": sorted(resources)}):
-        pk, resource, device_id, health, state, allocation_id = row[:6]
-        if pk not in seen:
-            seen.add(pk)
-            holdings.present += state == PRESENT
-            if resource in resources:
-                holdings.devices[(resource, device_id)] = HeldDevice(pk, health)
-        holdings.claims_open = bool(row[11])
-        if allocation_id is not None:
-            _, namespace, pod, pod_uid, container, started = row[5:11]
-            key = (namespace, pod, container, resource, device_id)
-            holdings.allocations[key] = CurrentAllocation(
-                allocation_id, namespace, pod, pod_uid, container, resource, device_id, pk, started
-            )
+    for pk, resource, device_id, health, state, claims_open in session.execute(
+        read, {"node_id": node_id, "resources": sorted(resources)}
+    ):
+        holdings.claims_open = bool(claims_open)
+        holdings.present += state == PRESENT
+        if resource in resources:
+            holdings.devices[(resource, device_id)] = HeldDevice(pk, health)
+    for row in session.execute(_CURRENT_ALLOCATIONS, {"node_id": node_id}):
+        allocation = CurrentAllocation(*row)
+        key = (
+            allocation.namespace,
+            allocation.pod,
+            allocation.container,
+            allocation.resource,
+            allocation.device_id,
+        )
+        holdings.allocations[key] = allocation
     return holdings
 
 

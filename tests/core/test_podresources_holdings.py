@@ -1,5 +1,5 @@
-"""What a PodResources snapshot replaces is read in one statement, devices with their current
-allocations: allocations on devices the snapshot no longer names still end."""
+"""What a PodResources snapshot replaces is read by node, devices and current allocations
+apart: allocations on devices the snapshot no longer names still end."""
 
 from __future__ import annotations
 
