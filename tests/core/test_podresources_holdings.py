@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .conftest import GPU, NIC, Api, dev, held, listandwatch, pod, podresources
+from .conftest import (
+    GPU,
+    NIC,
+    Api,
+    StatementCounter,
+    dev,
+    held,
+    listandwatch,
+    pod,
+    podresources,
+)
 
 
 def test_a_hold_on_a_removed_device_of_a_resource_no_longer_named_ends(api: Api) -> None:
@@ -83,3 +93,34 @@ def test_claims_on_a_node_with_devices_start_and_end(api: Api) -> None:
     result = api.ingest_podresources(podresources("node-c", [plain, other], 4))
     assert (result["allocated"], result["released"]) == (1, 0)
     assert len(api.events(kind="claim_released")) == 1
+
+
+def test_a_new_nodes_snapshot_sends_no_statement_per_pod_or_device(
+    quiet_api: Api, statements: StatementCounter
+) -> None:
+    """Devices first named by the snapshot, allocations, allocatable sets and events go in a
+    fixed number of statements however many pods and devices a new node's snapshot names."""
+    api = quiet_api
+    sent: dict[int, list[str]] = {}
+    for size in (2, 24):
+        node = f"node-{size}"
+        api.ingest_listandwatch(
+            listandwatch(node, [dev(f"n{i}") for i in range(size)], 1, resource=NIC)
+        )
+        pods = [pod(f"job-{i}", containers={"main": [held(GPU, f"g{i}")]}) for i in range(size)]
+        body = podresources(
+            node,
+            pods,
+            1,
+            allocatable={
+                "devices": [
+                    {"resource_name": GPU, "device_ids": [f"g{i}" for i in range(2 * size)]},
+                    {"resource_name": NIC, "device_ids": [f"n{i}" for i in range(size)]},
+                ]
+            },
+        )
+        with statements:
+            result = api.ingest_podresources(body)
+        assert (result["added"], result["allocated"]) == (2 * size, size)
+        sent[size] = [s.split()[0].upper() for s in statements.statements]
+    assert len(sent[24]) == len(sent[2]), sent
