@@ -10,6 +10,8 @@ snapshot and wall time per snapshot (which includes PostgreSQL's work, triggers 
 requests go one at a time), and the median ratio this/other.
 
     .venv/bin/python bench/listandwatch_cpu.py --other /tmp/before --blocks 20
+
+With --plugin every snapshot also carries its plugin's registration, as a tapped plugin's do.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ BLOCK = 100
 KINDS = ("new-node", "flip")
 
 
-async def serve_blocks(database: str) -> None:
+PLUGIN = {"endpoint": "nvidia-gpu.sock", "version": "v1beta1"}
+
+
+async def serve_blocks(database: str, plugin: bool) -> None:
     """Child: set up, print "ready", then run one block of each kind per line read from stdin
     and print, per kind, CPU and wall milliseconds per snapshot; an empty line ends it."""
     sys.path.insert(0, str(Path.cwd()))
@@ -56,6 +61,8 @@ async def serve_blocks(database: str) -> None:
         for _ in range(BLOCK):
             fresh += 1
             body = fleet.listandwatch(f"new-node-{fresh:06d}", fresh, MIG, 1)
+            if plugin:
+                body["plugin"] = PLUGIN
             bodies.append(json.dumps(body).encode())
         return bodies
 
@@ -69,6 +76,8 @@ async def serve_blocks(database: str) -> None:
                 if seq % 2 == 0:
                     for device in body["devices"]:
                         device["health"] = "Healthy"
+                if plugin:
+                    body["plugin"] = PLUGIN
                 bodies.append(json.dumps(body).encode())
         return bodies
 
@@ -91,9 +100,10 @@ async def serve_blocks(database: str) -> None:
 
 
 class Child:
-    def __init__(self, checkout: Path, database: str) -> None:
+    def __init__(self, checkout: Path, database: str, plugin: bool) -> None:
+        more = ["--plugin"] if plugin else []
         self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", database],
+            [sys.executable, str(Path(__file__).resolve()), "--child", database, *more],
             cwd=checkout,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -115,8 +125,9 @@ class Child:
         self.process.wait(timeout=60)
 
 
-def compare(other: Path, blocks: int) -> None:
-    this, that = Child(ROOT, "devicedeck_lw_this"), Child(other, "devicedeck_lw_other")
+def compare(other: Path, blocks: int, plugin: bool) -> None:
+    this = Child(ROOT, "devicedeck_lw_this", plugin)
+    that = Child(other, "devicedeck_lw_other", plugin)
     these: list[list[float]] = []
     those: list[list[float]] = []
     try:
@@ -149,12 +160,13 @@ def main() -> None:
     )
     parser.add_argument("--other", type=Path, help="another checkout to compare with")
     parser.add_argument("--blocks", type=int, default=20)
+    parser.add_argument("--plugin", action="store_true", help="snapshots carry a registration")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        asyncio.run(serve_blocks(args.child))
+        asyncio.run(serve_blocks(args.child, args.plugin))
     else:
-        compare((args.other or ROOT).resolve(), args.blocks)
+        compare((args.other or ROOT).resolve(), args.blocks, args.plugin)
 
 
 if __name__ == "__main__":

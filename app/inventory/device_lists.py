@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Text, and_, bindparam, cast, func, select
+from sqlalchemy import Text, and_, bindparam, cast, func, select, update
 from sqlalchemy.orm import Session
 
 from app.inventory.bulk import BulkInsertReturning, BulkUpdate
@@ -391,6 +391,36 @@ def mark_removed_by_capacity(device: Device, now: datetime, log: EventLog, **whe
 REMOVED_BY_CAPACITY_REASON = "not offered by the kubelet, and not counted in the Node's capacity"
 
 
+_registrations = table_of(PluginRegistration)
+# Every changed snapshot from a tapped plugin carries its registration: plain statements, as
+# for the devices. A new registration (once per stream) still goes through the ORM.
+_FIND_REGISTRATION = select(
+    _registrations.c.id,
+    _registrations.c.endpoint,
+    _registrations.c.api_version,
+    _registrations.c.options,
+).where(
+    _registrations.c.node_id == bindparam("node_id"),
+    _registrations.c.resource == bindparam("resource"),
+)
+_SEEN = bindparam("now", type_=_registrations.c.last_seen.type)
+_TOUCH_REGISTRATION = (
+    update(_registrations)
+    .where(_registrations.c.id == bindparam("registration_id"))
+    .values(last_seen=_SEEN)
+)
+_CHANGE_REGISTRATION = (
+    update(_registrations)
+    .where(_registrations.c.id == bindparam("registration_id"))
+    .values(
+        last_seen=_SEEN,
+        endpoint=bindparam("to_endpoint"),
+        api_version=bindparam("to_api_version"),
+        options=bindparam("to_options", type_=_registrations.c.options.type),
+    )
+)
+
+
 def record_plugin(
     session: Session, node_id: int, snapshot: ListAndWatchSnapshot, now: datetime, log: EventLog
 ) -> None:
@@ -400,12 +430,9 @@ def record_plugin(
         "api_version": snapshot.plugin.version,
         "options": snapshot.plugin.options.model_dump() if snapshot.plugin.options else None,
     }
-    registration = session.scalars(
-        select(PluginRegistration).where(
-            PluginRegistration.node_id == node_id,
-            PluginRegistration.resource == snapshot.resource,
-        )
-    ).one_or_none()
+    registration = session.execute(
+        _FIND_REGISTRATION, {"node_id": node_id, "resource": snapshot.resource}
+    ).first()
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     if registration is None:
         session.add(
@@ -415,14 +442,13 @@ def record_plugin(
         )
         log.add("plugin_registered", **where, after=info)
         return
-    before = {
-        "endpoint": registration.endpoint,
-        "api_version": registration.api_version,
-        "options": registration.options,
-    }
-    registration.last_seen = now
-    if before != info:
-        log.add("plugin_changed", **where, before=before, after=info)
-        registration.endpoint = info["endpoint"]
-        registration.api_version = info["api_version"]
-        registration.options = info["options"]
+    registration_id, endpoint, api_version, options = registration
+    before = {"endpoint": endpoint, "api_version": api_version, "options": options}
+    if before == info:
+        session.execute(_TOUCH_REGISTRATION, {"registration_id": registration_id, "now": now})
+        return
+    log.add("plugin_changed", **where, before=before, after=info)
+    session.execute(
+        _CHANGE_REGISTRATION,
+        {"registration_id": registration_id, "now": now, **{f"to_{k}": v for k, v in info.items()}},
+    )

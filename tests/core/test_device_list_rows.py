@@ -103,3 +103,26 @@ def test_a_new_node_over_the_per_node_limit_is_refused_and_not_created(
     result = small.ingest_listandwatch(listandwatch("node-new", [dev("a"), dev("b")], 2))
     assert result["added"] == 2
     assert [e["kind"] for e in small.events(node="node-new")].count("node_added") == 1
+
+
+def test_a_plugin_registration_is_seen_again_and_changes_with_an_event(api: Api) -> None:
+    plugin = {"endpoint": "gpu.sock", "version": "v1beta1"}
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1, plugin=plugin))
+    [first] = api.get("/api/v1/nodes/node-a")["plugins"]
+    assert first["options"] is None
+    # The same registration with a changed device list: seen again, no event.
+    result = api.ingest_listandwatch(
+        listandwatch("node-a", [dev("gpu-0", "Unhealthy")], 2, plugin=plugin)
+    )
+    assert result["events"] == 1
+    [again] = api.get("/api/v1/nodes/node-a")["plugins"]
+    assert again["last_seen"] > first["last_seen"]
+    assert again["first_seen"] == first["first_seen"]
+    changed = {**plugin, "options": {"preStartRequired": True}}
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 3, plugin=changed))
+    [now] = api.get("/api/v1/nodes/node-a")["plugins"]
+    assert now["options"]["pre_start_required"] is True
+    [event] = api.events(kind="plugin_changed")
+    assert event["before"] == {"endpoint": "gpu.sock", "api_version": "v1beta1", "options": None}
+    assert event["after"]["options"]["pre_start_required"] is True
+    assert event["after"]["endpoint"] == "gpu.sock"
