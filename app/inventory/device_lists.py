@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Text, and_, bindparam, cast, func, select, update
+from sqlalchemy import Text, and_, bindparam, cast, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.inventory.bulk import BulkInsertReturning, BulkUpdate
@@ -393,7 +393,7 @@ REMOVED_BY_CAPACITY_REASON = "not offered by the kubelet, and not counted in the
 
 _registrations = table_of(PluginRegistration)
 # Every changed snapshot from a tapped plugin carries its registration: plain statements, as
-# for the devices. A new registration (once per stream) still goes through the ORM.
+# for the devices.
 _FIND_REGISTRATION = select(
     _registrations.c.id,
     _registrations.c.endpoint,
@@ -409,37 +409,48 @@ _TOUCH_REGISTRATION = (
     .where(_registrations.c.id == bindparam("registration_id"))
     .values(last_seen=_SEEN)
 )
+_REGISTRATION_INFO = {
+    "endpoint": bindparam("to_endpoint"),
+    "api_version": bindparam("to_api_version"),
+    # None is stored as JSON null, as the ORM stored it.
+    "options": bindparam("to_options", type_=_registrations.c.options.type),
+}
+_INSERT_REGISTRATION = insert(_registrations).values(
+    node_id=bindparam("node_id"),
+    resource=bindparam("resource"),
+    first_seen=_SEEN,
+    last_seen=_SEEN,
+    **_REGISTRATION_INFO,
+)
 _CHANGE_REGISTRATION = (
     update(_registrations)
     .where(_registrations.c.id == bindparam("registration_id"))
-    .values(
-        last_seen=_SEEN,
-        endpoint=bindparam("to_endpoint"),
-        api_version=bindparam("to_api_version"),
-        options=bindparam("to_options", type_=_registrations.c.options.type),
-    )
+    .values(last_seen=_SEEN, **_REGISTRATION_INFO)
 )
 
 
 def record_plugin(
-    session: Session, node_id: int, snapshot: ListAndWatchSnapshot, now: datetime, log: EventLog
+    session: Session,
+    node_id: int,
+    snapshot: ListAndWatchSnapshot,
+    now: datetime,
+    log: EventLog,
+    *,
+    new_node: bool = False,
 ) -> None:
+    """`new_node`: this transaction inserted the node's row, so it has no registration yet."""
     assert snapshot.plugin is not None
     info: dict[str, Any] = {
         "endpoint": snapshot.plugin.endpoint,
         "api_version": snapshot.plugin.version,
         "options": snapshot.plugin.options.model_dump() if snapshot.plugin.options else None,
     }
-    registration = session.execute(
-        _FIND_REGISTRATION, {"node_id": node_id, "resource": snapshot.resource}
-    ).first()
+    stream = {"node_id": node_id, "resource": snapshot.resource}
+    new_info = {f"to_{key}": value for key, value in info.items()}
+    registration = None if new_node else session.execute(_FIND_REGISTRATION, stream).first()
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     if registration is None:
-        session.add(
-            PluginRegistration(
-                node_id=node_id, resource=snapshot.resource, first_seen=now, last_seen=now, **info
-            )
-        )
+        session.execute(_INSERT_REGISTRATION, {**stream, **new_info, "now": now})
         log.add("plugin_registered", **where, after=info)
         return
     registration_id, endpoint, api_version, options = registration
@@ -449,6 +460,5 @@ def record_plugin(
         return
     log.add("plugin_changed", **where, before=before, after=info)
     session.execute(
-        _CHANGE_REGISTRATION,
-        {"registration_id": registration_id, "now": now, **{f"to_{k}": v for k, v in info.items()}},
+        _CHANGE_REGISTRATION, {"registration_id": registration_id, "now": now, **new_info}
     )

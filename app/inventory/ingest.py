@@ -105,7 +105,7 @@ def _replace_device_list(
         listed=listed,
     )
     if snapshot.plugin is not None:
-        record_plugin(session, node_id, snapshot, now, log)
+        record_plugin(session, node_id, snapshot, now, log, new_node=new_node)
 
 
 def _replace_allocations(
