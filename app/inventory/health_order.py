@@ -55,6 +55,19 @@ def _ranges(health: str, clock: Freshness) -> list[list[ColumnElement[bool]]]:
     return ranges
 
 
+def cursor_position(
+    order: HealthFirst, sort: str, descending: bool, cursor: str
+) -> tuple[int, list[Any]]:
+    """The position of the cursor's health in page order, and the rest of its key. Only a
+    first key this API writes is taken (a health, or an attention rank): which ranges follow
+    the cursor is decided from it."""
+    values = decode_cursor(cursor, sort, 1 + len(order.rest))
+    for position, (_, key) in enumerate(order.page_order(descending)):
+        if type(key) is type(values[0]) and key == values[0]:
+            return position, values[1:]
+    raise bad_cursor("holds a key this API did not write")
+
+
 def health_first_query(
     order: HealthFirst,
     sort: str,
@@ -72,16 +85,8 @@ def health_first_query(
     ordered = order.page_order(descending)
     start, after = 0, None
     if cursor:
-        values = decode_cursor(cursor, sort, 1 + len(order.rest))
-        # Only a value this API writes: which ranges follow the cursor is decided here.
-        positions = [
-            position
-            for position, (_, key) in enumerate(ordered)
-            if type(key) is type(values[0]) and key == values[0]
-        ]
-        if not positions:
-            raise bad_cursor("holds a key this API did not write")
-        start, after = positions[0], after_key(order.rest, values[1:], descending)
+        start, rest_values = cursor_position(order, sort, descending, cursor)
+        after = after_key(order.rest, rest_values, descending)
     rest = [column.desc() if descending else column for column in order.rest]
     parts = []
     for position, (health, key) in enumerate(ordered):

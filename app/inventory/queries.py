@@ -34,7 +34,12 @@ from app.inventory.derived_health import REMOVED_BY_CAPACITY_DETAIL, health_deta
 from app.inventory.errors import InvalidInput, NotFound, Problem
 from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
 from app.inventory.freshness import Freshness
-from app.inventory.health_order import ATTENTION_SORT, HEALTH_SORT, health_first_query
+from app.inventory.health_order import (
+    ATTENTION_SORT,
+    HEALTH_SORT,
+    cursor_position,
+    health_first_query,
+)
 from app.inventory.history import device_history
 from app.inventory.models import Allocation, Device, DeviceCount, Node
 from app.inventory.node_status import node_details
@@ -202,7 +207,9 @@ def list_devices(
     order = Keyset(sort, columns, descending)
     conditions = _device_conditions(filters, clock)
     base = select(*SUMMARY_COLUMNS).join(Node, Node.id == Device.node_id)
-    if key in HEALTH_FIRST_SORTS:
+    # SQLite plans the ranges' union worse than the one sort (3 times slower at 40,000
+    # devices): it keeps the sort there.
+    if key in HEALTH_FIRST_SORTS and session.get_bind().dialect.name == "postgresql":
         ranked = health_first_query(
             HEALTH_FIRST_SORTS[key],
             sort,
@@ -215,6 +222,8 @@ def list_devices(
         )
         found = [] if ranked is None else session.execute(_page_of(base, ranked, descending)).all()
     else:
+        if key in HEALTH_FIRST_SORTS and cursor:  # the same cursors as PostgreSQL takes
+            cursor_position(HEALTH_FIRST_SORTS[key], sort, descending, cursor)
         query = order.page_query(base.where(*conditions).add_columns(*columns), cursor, limit)
         found = session.execute(query).all()
     rows, next_cursor = order.cut(
