@@ -22,6 +22,12 @@ def _devices(client: TestClient, auth: dict[str, str]) -> dict[str, dict[str, An
     return {d["device"]: d for d in response.json()["results"]}
 
 
+def _cluster_pods(client: TestClient, auth: dict[str, str]) -> dict[str, dict[str, Any]]:
+    response = client.get("/api/v1/cluster/pods?namespace=ml", headers=auth)
+    assert response.status_code == 200, response.text
+    return {p["name"]: p for p in response.json()["results"]}
+
+
 def test_sim_driver_publishes_a_pool_a_template_claim_a_broken_gpu_and_a_monitor(
     fake_api: FakeApiServer, kubeconfig: Path, start_app: StartApp, auth: dict[str, str]
 ) -> None:
@@ -51,8 +57,16 @@ def test_sim_driver_publishes_a_pool_a_template_claim_a_broken_gpu_and_a_monitor
     # The monitor watches every GPU and allocates none: two stay free.
     assert all(d["watched_by"][0]["name"] == "gpu-monitor-gpu-a" for d in devices.values())
     assert sorted(n for n, d in devices.items() if not d["allocated"]) == ["gpu-2", "gpu-3"]
-    pods = client.get("/api/v1/cluster/pods?namespace=ml", headers=auth).json()["results"]
-    by_name = {p["name"]: p for p in pods}
+    # Pods come through a watch of their own, which may deliver after the claims' watch.
+    by_name = wait_for(
+        lambda: (
+            (found := _cluster_pods(client, auth))
+            and "trainer-gpu-a" in found
+            and found["trainer-gpu-a"]["dra_devices"]
+            and found
+        ),
+        what="the trainer pod with its claim",
+    )
     assert by_name["trainer-gpu-a"]["claims"][0]["template"] == "one-gpu"
     assert by_name["trainer-gpu-a"]["claims"][0]["claim"] == "trainer-gpu-a-gpu-sim01"
     assert [d["device"] for d in by_name["trainer-gpu-a"]["dra_devices"]] == ["gpu-0"]
