@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from app.inventory.schemas import PodResourcesSnapshot, container_content, devices_content
 
@@ -384,6 +385,21 @@ def test_grpcurl_listandwatch_output_with_string_numa_ids(api: Api) -> None:
     assert kinds(api, kind="plugin_registered")["plugin_registered"] == 1
 
 
+# One claim's resources as the kubelet lists them under a container's dynamicResources.
+GPU_CLAIM: dict[str, Any] = {
+    "claimName": "gpu-claim",
+    "claimNamespace": "serving",
+    "claimResources": [
+        {
+            "cdiDevices": [{"name": "vendor.com/gpu=gpu3"}],
+            "driverName": "gpu.vendor.com",
+            "poolName": "node-d",
+            "deviceName": "gpu-3",
+        }
+    ],
+}
+
+
 def test_dra_dynamic_resources_are_kept_and_shown_on_the_pod(api: Api) -> None:
     dra_pod = {
         "name": "infer",
@@ -392,20 +408,7 @@ def test_dra_dynamic_resources_are_kept_and_shown_on_the_pod(api: Api) -> None:
             {
                 "name": "main",
                 "devices": [],
-                "dynamicResources": [
-                    {
-                        "claimName": "gpu-claim",
-                        "claimNamespace": "serving",
-                        "claimResources": [
-                            {
-                                "cdiDevices": [{"name": "vendor.com/gpu=gpu3"}],
-                                "driverName": "gpu.vendor.com",
-                                "poolName": "node-d",
-                                "deviceName": "gpu-3",
-                            }
-                        ],
-                    }
-                ],
+                "dynamicResources": [GPU_CLAIM],
             }
         ],
     }
@@ -471,19 +474,7 @@ def test_the_content_hash_reads_a_snapshot_as_its_full_dump_does() -> None:
         "name": "main",
         "devices": [held(GPU, "gpu-0", "gpu-1", numa=[1, 0]), held(NIC, "nic-0")],
         "dynamicResources": [
-            {
-                "claimName": "gpu-claim",
-                "claimNamespace": "serving",
-                "claimResources": [
-                    {
-                        "cdiDevices": [{"name": "vendor.com/gpu=gpu3"}],
-                        "driverName": "gpu.vendor.com",
-                        "poolName": "node-d",
-                        "deviceName": "gpu-3",
-                        "shareId": "s-1",
-                    }
-                ],
-            }
+            {**GPU_CLAIM, "claimResources": [{**GPU_CLAIM["claimResources"][0], "shareId": "s-1"}]}
         ],
     }
     snapshot = PodResourcesSnapshot.model_validate(
