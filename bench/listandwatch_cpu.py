@@ -21,13 +21,13 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ingest import migrate_and_create_token, new_postgres_database
 from scale import GPU, MIG, Fleet
+from turns import take_turns
 from unchanged_cpu import post
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,48 +99,10 @@ async def serve_blocks(database: str, plugin: bool) -> None:
             print(await timed(new_nodes()), await timed(flips()), flush=True)
 
 
-class Child:
-    def __init__(self, checkout: Path, database: str, plugin: bool) -> None:
-        more = ["--plugin"] if plugin else []
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", database, *more],
-            cwd=checkout,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdin and self.process.stdout
-        self.stdin, self.stdout = self.process.stdin, self.process.stdout
-        if self.stdout.readline().strip() != "ready":
-            raise SystemExit(f"{checkout}: did not start")
-
-    def block(self) -> list[float]:
-        self.stdin.write("go\n")
-        self.stdin.flush()
-        return [float(x) for x in self.stdout.readline().split()]
-
-    def stop(self) -> None:
-        self.stdin.write("\n")
-        self.stdin.flush()
-        self.process.wait(timeout=60)
-
-
 def compare(other: Path, blocks: int, plugin: bool) -> None:
-    this = Child(ROOT, "devicedeck_lw_this", plugin)
-    that = Child(other, "devicedeck_lw_other", plugin)
-    these: list[list[float]] = []
-    those: list[list[float]] = []
-    try:
-        for index in range(blocks):
-            if index % 2:
-                mine, theirs = this.block(), that.block()
-            else:
-                theirs, mine = that.block(), this.block()
-            these.append(mine)
-            those.append(theirs)
-    finally:
-        this.stop()
-        that.stop()
+    options = ["--plugin"] if plugin else []
+    databases = ("devicedeck_lw_this", "devicedeck_lw_other")
+    these, those = take_turns(__file__, (ROOT, other), databases, options, blocks)
     print(f"{blocks} blocks of {BLOCK} snapshots of each kind, one at a time, in turns")
     for k, kind in enumerate(KINDS):
         for m, measure in enumerate(("CPU", "wall")):

@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from ingest import migrate_and_create_token, new_postgres_database, pods_snapshot
 from scale import Fleet
+from turns import take_turns
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 50
@@ -122,52 +122,15 @@ async def serve_blocks(database: str, real_size: bool) -> None:
             print(f"{elapsed / len(bodies) * 1000:.4f}", flush=True)
 
 
-class Child:
-    def __init__(self, checkout: Path, database: str, real_size: bool) -> None:
-        size = ["--real-size"] if real_size else []
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", database, *size],
-            cwd=checkout,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdin and self.process.stdout
-        self.stdin, self.stdout = self.process.stdin, self.process.stdout
-        if self.stdout.readline().strip() != "ready":
-            raise SystemExit(f"{checkout}: did not start")
-
-    def block(self) -> float:
-        self.stdin.write("go\n")
-        self.stdin.flush()
-        return float(self.stdout.readline())
-
-    def stop(self) -> None:
-        self.stdin.write("\n")
-        self.stdin.flush()
-        self.process.wait(timeout=60)
-
-
 def compare(other: Path, blocks: int, real_size: bool) -> None:
-    this = Child(ROOT, "devicedeck_cpu_this", real_size)
-    that = Child(other, "devicedeck_cpu_other", real_size)
-    ratios, these, those = [], [], []
-    try:
-        for index in range(blocks):
-            # Alternate who goes first, so neither always follows the other.
-            if index % 2:
-                mine, theirs = this.block(), that.block()
-            else:
-                theirs, mine = that.block(), this.block()
-            these.append(mine)
-            those.append(theirs)
-            ratios.append(mine / theirs)
-    finally:
-        this.stop()
-        that.stop()
+    options = ["--real-size"] if real_size else []
+    databases = ("devicedeck_cpu_this", "devicedeck_cpu_other")
+    these, those = take_turns(__file__, (ROOT, other), databases, options, blocks)
+    ratios = [mine[0] / theirs[0] for mine, theirs in zip(these, those, strict=True)]
     quartiles = statistics.quantiles(ratios, n=4)
-    print(f"this checkout   CPU per unchanged snapshot: median {statistics.median(these):.3f} ms")
-    print(f"{other}  CPU per unchanged snapshot: median {statistics.median(those):.3f} ms")
+    mine, theirs = (statistics.median(b[0] for b in side) for side in (these, those))
+    print(f"this checkout   CPU per unchanged snapshot: median {mine:.3f} ms")
+    print(f"{other}  CPU per unchanged snapshot: median {theirs:.3f} ms")
     print(
         f"ratio this/other: median {statistics.median(ratios):.3f} "
         f"(quartiles {quartiles[0]:.3f}..{quartiles[2]:.3f}, {blocks} blocks of {BLOCK})"
