@@ -227,6 +227,9 @@ def test_typing_filters_keeps_one_history_entry_per_box(
         await expect(rows).to_have_count(8)
         await page.get_by_role("link", name="Health since").click()
         await expect(page).to_have_url(re.compile(r"sort=health_since"))
+        # The address changes before the new list is in place: Back is pressed once it is.
+        await expect(rows).to_have_count(8)
+        await expect(page.locator(".htmx-request, .htmx-swapping, .htmx-settling")).to_have_count(0)
         # Back undoes one thing at a time: the sort, the device ID typed, the node typed.
         await page.go_back()
         await expect(page).to_have_url(re.compile(r"node=gpu-node-0&q=GPU-02$"))
