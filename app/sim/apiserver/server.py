@@ -113,13 +113,15 @@ class SimApiServer:
 
     def stop(self) -> None:
         self.store.close()
+        # Accepting stops first: a connection accepted after the open ones were shut down (a
+        # client reconnecting its watch) would go on serving requests after stop returned.
+        self.http.shutdown()
+        self.http.server_close()
         with self.store.cond:
             connections = list(self.connections)
         for connection in connections:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-        self.http.shutdown()
-        self.http.server_close()
         self.thread.join()
 
     def __enter__(self) -> SimApiServer:
