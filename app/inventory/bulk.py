@@ -59,12 +59,16 @@ class BulkInsert:
         if session.get_bind().dialect.name != "postgresql":
             session.execute(self._executemany, rows)
             return
+        session.execute(self._from_json, self._json_parameters(rows))
+
+    def _json_parameters(self, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The PostgreSQL statement's parameters: the shared values, read from the first row,
+        and the rows' own values as one JSON array."""
         # A key left out of a JSON row (a None value) arrives as NULL.
         json_rows = [
             {key: row[key] for key in self.per_row if row[key] is not None} for row in rows
         ]
-        shared = {name: rows[0][name] for name in self.shared}
-        session.execute(self._from_json, {**shared, "rows": json_rows})
+        return {**{name: rows[0][name] for name in self.shared}, "rows": json_rows}
 
 
 class BulkInsertReturning(BulkInsert):
@@ -98,11 +102,7 @@ class BulkInsertReturning(BulkInsert):
             return []
         if session.get_bind().dialect.name != "postgresql":
             return session.execute(self._executemany_returning, rows).all()
-        json_rows = [
-            {key: row[key] for key in self.per_row if row[key] is not None} for row in rows
-        ]
-        shared = {name: rows[0][name] for name in self.shared}
-        return session.execute(self._from_json, {**shared, "rows": json_rows}).all()
+        return session.execute(self._from_json, self._json_parameters(rows)).all()
 
 
 class BulkUpdate:
