@@ -35,7 +35,8 @@ def kubelet_health(raw: str) -> str:
 
 _devices = table_of(Device)
 # What a snapshot needs to know of its stream's devices: plain rows, not ORM objects, which
-# cost more CPU to load and to flush than PostgreSQL spends on the rows.
+# cost more CPU to load and to flush than PostgreSQL spends on the rows. Read with the stream's
+# receipt (`_RECEIPT_AND_DEVICES`).
 _LISTED_DEVICES = select(
     _devices.c.id,
     _devices.c.device_id,
@@ -166,23 +167,16 @@ def replace_device_list(
     log: EventLog,
     *,
     max_node_devices: int | None = None,
+    listed: dict[str, ListedDevice],
     new_node: bool = False,
-    listed: dict[str, ListedDevice] | None = None,
 ) -> None:
     """Rows change only where the snapshot changes them: a present device still listed as it
     was is not written at all. Its `last_seen` is not kept current while it is present
     (readers take the node's); it is written when the device leaves, and while a removed
-    device is still listed. `new_node`: this transaction inserted the node's row, so the node
-    has no devices to read yet. `listed`: the stream's devices, when the caller read them
-    (`read_stream`); this function changes the dict."""
-    if new_node:
-        existing: dict[str, ListedDevice] = {}
-    elif listed is not None:
-        existing = listed
-    else:
-        existing = _listed_devices(
-            session.execute(_LISTED_DEVICES, {"node_id": node_id, "resource": snapshot.resource})
-        )
+    device is still listed. `listed`: the stream's devices as `read_stream` read them (none
+    for a new node); this function changes the dict. `new_node`: this transaction inserted
+    the node's row, so the node has no other devices to count."""
+    existing = listed
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     gone = _withheld_by_status(session, node_id, snapshot, existing, now)
     changes: list[dict[str, Any]] = []

@@ -92,7 +92,7 @@ def _replace_device_list(
     max_node_devices: int | None,
     *,
     new_node: bool,
-    listed: dict[str, ListedDevice] | None,
+    listed: dict[str, ListedDevice],
 ) -> None:
     replace_device_list(
         session,
@@ -172,7 +172,7 @@ def apply_snapshot(
     node_id = node.id
     # A node this transaction created has no receipt, and no devices, to look for. A
     # ListAndWatch stream's receipt comes with its devices, which a changed snapshot needs.
-    listed: dict[str, ListedDevice] | None = None
+    listed: dict[str, ListedDevice] = {}
     if node.new:
         receipt = None
     elif isinstance(snapshot, ListAndWatchSnapshot):
