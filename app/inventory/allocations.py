@@ -84,9 +84,6 @@ def on_postgresql(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
-# On PostgreSQL a list of values travels as one array parameter: the statement's text is the
-# same whatever the list's length, so neither SQLAlchemy nor psycopg renders or parses it again.
-# SQLite gets an IN list.
 class CurrentAllocation(NamedTuple):
     """An allocation of the node that has not ended, as a snapshot replaces it."""
 
@@ -131,6 +128,9 @@ _NODE_DEVICES = select(
     .where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
     .label("claims_open"),
 ).where(_devices.c.node_id == bindparam("node_id"))
+# On PostgreSQL a list of values travels as one array parameter: the statement's text is the
+# same whatever the list's length, so neither SQLAlchemy nor psycopg renders or parses it again.
+# SQLite gets an IN list.
 _NODE_DEVICES_IN = _NODE_DEVICES.where(
     or_(
         _devices.c.resource.in_(bindparam("resources", expanding=True)),
