@@ -114,13 +114,21 @@ def _cluster(
 FOUR = {f"gpu-{i}": "Healthy" for i in range(4)}
 
 
-def test_an_unplugged_device_is_removed_once_capacity_falls(
-    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
-) -> None:
+def _four_healthy_gpus(
+    start_app: StartApp, fake_api: FakeApiServer, make_token: Callable[..., str]
+) -> Cluster:
+    """A node whose status and derived list agree on four healthy GPUs."""
     cluster = _cluster(start_app, fake_api, make_token)
     cluster.status(4, 4)
     cluster.synced(4, 4)
     cluster.derived(FOUR)
+    return cluster
+
+
+def test_an_unplugged_device_is_removed_once_capacity_falls(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
 
     # The kubelet stops offering gpu-3 before its Node status says why: nothing is judged yet.
     cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
@@ -159,10 +167,7 @@ def test_an_unplugged_device_is_removed_once_capacity_falls(
 def test_a_snapshot_after_the_status_removes_it_and_names_the_agent(
     fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
 ) -> None:
-    cluster = _cluster(start_app, fake_api, make_token)
-    cluster.status(4, 4)
-    cluster.synced(4, 4)
-    cluster.derived(FOUR)
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
 
     # The Node status arrives first: it does not match the device list yet, so nothing moves.
     cluster.status(3, 3)
@@ -178,10 +183,7 @@ def test_a_snapshot_after_the_status_removes_it_and_names_the_agent(
 def test_an_unhealthy_device_stays_present_and_unhealthy(
     fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
 ) -> None:
-    cluster = _cluster(start_app, fake_api, make_token)
-    cluster.status(4, 4)
-    cluster.synced(4, 4)
-    cluster.derived(FOUR)
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
 
     # Capacity unchanged, allocatable down: the kubelet counts it unhealthy.
     cluster.derived(FOUR | {"gpu-2": "Unhealthy"})
