@@ -6,11 +6,9 @@ Every list is ordered by a unique key and paged with keyset cursors.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
@@ -32,7 +30,14 @@ from app.clock import iso
 from app.inventory.counter_counts import counted_present_devices
 from app.inventory.derived_health import REMOVED_BY_CAPACITY_DETAIL, health_detail
 from app.inventory.errors import InvalidInput, NotFound, Problem
-from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY, UNKNOWN
+from app.inventory.fields import (
+    HEALTH_VALUES,
+    PRESENT,
+    REMOVED,
+    UNHEALTHY,
+    UNKNOWN,
+    numa_nodes_of,
+)
 from app.inventory.freshness import Freshness
 from app.inventory.health_order import (
     ATTENTION_SORT,
@@ -338,11 +343,6 @@ SUMMARY_COLUMNS = (
 SUMMARY_WIDTH = len(SUMMARY_COLUMNS)
 
 
-@lru_cache(maxsize=256)
-def _numa_nodes(text: str) -> tuple[int, ...]:
-    return tuple(json.loads(text))
-
-
 def device_summary(
     row: Sequence[Any], allocation: Sequence[Any] | None, clock: Freshness
 ) -> dict[str, Any]:
@@ -383,7 +383,7 @@ def device_summary(
         "health_source": "stale" if stale else health_source,
         "health_detail": detail,
         "state": state,
-        "numa_nodes": list(_numa_nodes(numa_nodes)),
+        "numa_nodes": list(numa_nodes_of(numa_nodes)),
         "first_seen": iso(first_seen),
         "last_seen": iso(node_last_seen if state == PRESENT else last_seen),
         "removed_at": iso(removed_at),
