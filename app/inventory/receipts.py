@@ -259,11 +259,7 @@ def record_receipt(
 
 def forget_content_hash(session: Session, node_id: int, stream: str) -> None:
     """Another writer changed rows this stream owns: its next snapshot must be applied in full."""
-    session.execute(
-        update(IngestReceipt)
-        .where(IngestReceipt.node_id == node_id, IngestReceipt.stream == stream)
-        .values(content_hash=None)
-    )
+    forget_content_hashes(session, node_id, [stream])
 
 
 _FORGET_CONTENT_HASHES = (
