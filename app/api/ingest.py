@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request, Response
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Body, HTTPException, Request, Response
+from pydantic import BaseModel, Field, ValidationError
 
 from app.api.examples import example
 from app.api.models import NOT_JSON, ErrorOut
@@ -15,14 +15,48 @@ from app.clock import utcnow
 from app.db import write_session
 from app.inventory.errors import DomainError
 from app.inventory.ingest import IngestResult
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from app.inventory.schemas import (
+    ListAndWatchPlace,
+    ListAndWatchSnapshot,
+    PodResourcesSnapshot,
+    SnapshotPlace,
+    repeat_digest,
+)
 from app.kube.dra_health_report import DraHealthSnapshot, apply_dra_health_report
-from app.web.caller_first import CallerFirstRoute
-from app.web.principal import Ingester
+from app.web.caller_first import CallerFirstRoute, Shortcut
+from app.web.principal import Ingester, current_principal
 from app.web.sessions import SessionFactory
 from app.web.state import service_state
 
-router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"], route_class=CallerFirstRoute)
+# The snapshot routes by the last segment of their path, with the place each one's body has.
+PLACES: dict[str, type[SnapshotPlace]] = {
+    "listandwatch": ListAndWatchPlace,
+    "podresources": SnapshotPlace,
+}
+# Where a route leaves its body's repeat_digest for the route's own code.
+REPEAT_DIGEST = "repeat_digest"
+
+
+class SnapshotRoute(CallerFirstRoute):
+    """An agent sends the same content every few seconds with a new place in its stream. Such
+    a snapshot, the body but for its place the one this process last stored for the stream, is
+    recorded unchanged before FastAPI validates the whole body into a model: the validation and
+    the content hash are what they were. Anything else, and anything in doubt, takes the route,
+    which answers exactly as for any snapshot."""
+
+    def shortcut(self) -> Shortcut | None:
+        kind = self.path.rsplit("/", 1)[-1]
+        place = PLACES.get(kind)
+        if place is None:
+            return None
+
+        async def record_repeat(request: Request) -> Response | None:
+            return await _record_repeat(request, kind, place)
+
+        return record_repeat
+
+
+router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"], route_class=SnapshotRoute)
 
 INGEST_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
@@ -115,6 +149,41 @@ PODRESOURCES_EXAMPLE = {
 }
 
 
+async def _record_repeat(
+    request: Request, kind: str, place_of: type[SnapshotPlace]
+) -> Response | None:
+    """The shortcut of `SnapshotRoute`: the answer to a repeat recorded unchanged, or None."""
+    # A query parameter is for the route to refuse; another media type is for it to name.
+    if request.scope["query_string"] or request.headers.get("content-type") != "application/json":
+        return None
+    try:
+        body = await request.json()
+    except HTTPException:
+        raise  # the body limit's answer, as the route would raise it
+    except Exception:
+        return None  # the route reads the body again and answers as it always does
+    if not isinstance(body, dict):
+        return None
+    digest = repeat_digest(body)
+    if digest is None:
+        return None
+    setattr(request.state, REPEAT_DIGEST, digest)
+    try:
+        place = place_of.model_validate(body)
+    except ValidationError:
+        return None
+    principal = await current_principal(request)
+    if not principal.may_write_node(place.node):
+        return None
+    state = service_state(request.app)
+    started = time.perf_counter()
+    if not await state.ingest.record_repeat(place, digest):
+        return None
+    state.metrics.ingest_seconds.labels(kind).observe(time.perf_counter() - started)
+    state.metrics.ingest_total.labels(kind, "unchanged").inc()
+    return _ingest_response(IngestResult())
+
+
 async def _ingest(
     request: Request,
     principal: Principal,
@@ -129,7 +198,12 @@ async def _ingest(
     metrics = state.metrics
     started = time.perf_counter()
     try:
-        result = await state.ingest.apply(snapshot, actor=actor, body_bytes=_body_bytes(request))
+        result = await state.ingest.apply(
+            snapshot,
+            actor=actor,
+            body_bytes=_body_bytes(request),
+            body_digest=getattr(request.state, REPEAT_DIGEST, None),
+        )
     except DomainError:
         metrics.ingest_total.labels(kind, "refused").inc()
         raise

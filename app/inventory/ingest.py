@@ -10,7 +10,9 @@ claims (app/inventory/claims.py) and its allocatable sets. The stream's receipt
 `SnapshotIngest` takes a snapshot from the route: it checks the snapshot's size, hashes its
 content, asks the recent-content hint whether the one-statement unchanged check is worth
 trying, and otherwise (or when that check does not apply) applies the snapshot in full, in the
-event loop where the database and the body's size allow, else in a worker thread.
+event loop where the database and the body's size allow, else in a worker thread. Before all
+that, the route may offer a body that repeats, but for its place in the stream, the one last
+stored for the stream (`record_repeat`): only the statement runs for it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,14 @@ from app.inventory.receipts import (
     record_unchanged_snapshot_async,
     unchanged_check,
 )
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot, check_snapshot_size
+from app.inventory.schemas import (
+    ListAndWatchPlace,
+    ListAndWatchSnapshot,
+    Placed,
+    PodResourcesSnapshot,
+    SnapshotPlace,
+    check_snapshot_size,
+)
 
 Snapshot = ListAndWatchSnapshot | PodResourcesSnapshot
 
@@ -75,10 +84,10 @@ class IngestResult:
     events: int = 0
 
 
-def stream_of(snapshot: Snapshot) -> str:
+def stream_of(snapshot: Snapshot | SnapshotPlace) -> str:
     """The receipt stream a snapshot belongs to: one per (node, resource) for ListAndWatch,
     one per node for PodResources."""
-    if isinstance(snapshot, ListAndWatchSnapshot):
+    if isinstance(snapshot, ListAndWatchSnapshot | ListAndWatchPlace):
         return listandwatch_stream(snapshot.resource)
     return PODRESOURCES_STREAM
 
@@ -226,6 +235,9 @@ class RecentContent:
     A wrong hint (when another replica took the last snapshot) costs time, never correctness:
     the full path finds an unchanged snapshot unchanged by itself.
 
+    With the hash, the digest of the body that stored it (`repeat_digest`), when the caller
+    gave one: a body with the same digest is the same content, validated already.
+
     A stream this process has not stored yet (a new node's, or any after a restart) goes
     straight to the full path: for a new node the check is a wasted round trip on every
     stream, while an unchanged stream pays the full path once, and is then known."""
@@ -233,16 +245,25 @@ class RecentContent:
     MAX_ENTRIES = 100_000
 
     def __init__(self) -> None:
-        self._hashes: dict[tuple[str, str], str] = {}
+        self._stored: dict[tuple[str, str], tuple[str, bytes | None]] = {}
 
     def may_be_unchanged(self, node: str, stream: str, content_hash: str) -> bool:
         """True only when this process last stored this content for the stream."""
-        return self._hashes.get((node, stream)) == content_hash
+        stored = self._stored.get((node, stream))
+        return stored is not None and stored[0] == content_hash
 
-    def remember(self, node: str, stream: str, content_hash: str) -> None:
-        if len(self._hashes) >= self.MAX_ENTRIES:
-            self._hashes.clear()
-        self._hashes[(node, stream)] = content_hash
+    def content_of(self, node: str, stream: str, body_digest: bytes) -> str | None:
+        """The content hash last stored for the stream, if it came with a body of this
+        digest."""
+        stored = self._stored.get((node, stream))
+        return stored[0] if stored is not None and stored[1] == body_digest else None
+
+    def remember(
+        self, node: str, stream: str, content_hash: str, body_digest: bytes | None = None
+    ) -> None:
+        if len(self._stored) >= self.MAX_ENTRIES:
+            self._stored.clear()
+        self._stored[(node, stream)] = (content_hash, body_digest)
 
 
 # Bodies up to this size are applied in the event loop on PostgreSQL: an ordinary node's
@@ -274,11 +295,46 @@ class SnapshotIngest:
         self.stale_after = stale_after
         self.recent = RecentContent()
 
+    async def record_repeat(self, place: SnapshotPlace, body_digest: bytes) -> bool:
+        """A snapshot whose body, but for its place, is the one this process last stored for
+        the stream: recorded unchanged by the one statement with the content hash remembered
+        for that body, neither validated nor hashed again.
+
+        False, having changed nothing, when that does not apply: the hint knows another body,
+        there is no database to run it on in the event loop, or the database finds the content
+        or the place not those of an unchanged snapshot (another writer, an older seq, a stale
+        node). The snapshot then takes `apply`."""
+        database = self.event_loop_database
+        stream = stream_of(place)
+        content_hash = self.recent.content_of(place.node, stream, body_digest)
+        if content_hash is None or database is None:
+            return False
+        return bool(await self._record_unchanged(database, place, stream, content_hash))
+
+    async def _record_unchanged(
+        self, database: EventLoopDatabase, snapshot: Placed, stream: str, content_hash: str
+    ) -> bool | None:
+        """The one statement on its own; None when it could not run."""
+        check = unchanged_check(
+            snapshot,
+            stream=stream,
+            content_hash=content_hash,
+            now=utcnow(),
+            stale_after=self.stale_after,
+        )
+        return await record_unchanged_snapshot_async(database.statements, check)
+
     async def apply(
-        self, snapshot: Snapshot, *, actor: str, body_bytes: int | None
+        self,
+        snapshot: Snapshot,
+        *,
+        actor: str,
+        body_bytes: int | None,
+        body_digest: bytes | None = None,
     ) -> IngestResult:
         """Where the hint says the content may be unchanged, try the one-statement check
-        first; then apply the snapshot in full."""
+        first; then apply the snapshot in full. `body_digest` is the posted body's
+        `repeat_digest`, for `record_repeat` to know the body again."""
         check_snapshot_size(snapshot, max_devices=self.max_devices, max_pods=self.max_pods)
         stream = stream_of(snapshot)
         content_hash = snapshot.content_hash()
@@ -286,14 +342,7 @@ class SnapshotIngest:
         database = self.event_loop_database
         unchanged: bool | None = False
         if try_unchanged_first and database is not None:
-            check = unchanged_check(
-                snapshot,
-                stream=stream,
-                content_hash=content_hash,
-                now=utcnow(),
-                stale_after=self.stale_after,
-            )
-            unchanged = await record_unchanged_snapshot_async(database.statements, check)
+            unchanged = await self._record_unchanged(database, snapshot, stream, content_hash)
             # None: it could not run on its own, and the full path's transaction tries it.
             try_unchanged_first = unchanged is None
         if unchanged:
@@ -312,7 +361,7 @@ class SnapshotIngest:
             if applied is None:
                 applied = await anyio.to_thread.run_sync(self._apply_in_thread, apply)
             result = applied
-        self.recent.remember(snapshot.node, stream, content_hash)
+        self.recent.remember(snapshot.node, stream, content_hash, body_digest)
         return result
 
     async def _apply_in_event_loop(

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from app.inventory.errors import ConflictingRepeat, Problem, StaleSnapshot
 from app.inventory.events import EventLog
 from app.inventory.models import IngestReceipt, Node, table_of
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot, Source
+from app.inventory.schemas import Placed, Source
 
 _nodes = table_of(Node)
 _receipts = table_of(IngestReceipt)
@@ -348,7 +348,7 @@ UnchangedCheck = dict[str, Any]
 
 
 def unchanged_check(
-    snapshot: ListAndWatchSnapshot | PodResourcesSnapshot,
+    snapshot: Placed,
     *,
     stream: str,
     content_hash: str,

@@ -22,6 +22,8 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 
 CallerCheck = Callable[[Request], Awaitable[Any]]
+# Answers a request whose caller passed the checks, or leaves it to the route (None).
+Shortcut = Callable[[Request], Awaitable[Response | None]]
 Check = TypeVar("Check", bound=CallerCheck)
 
 _CHECKS_BEFORE_BODY: set[Callable[..., Any]] = set()
@@ -44,15 +46,25 @@ def marked_checks(dependant: Dependant) -> list[CallerCheck]:
 
 
 class CallerFirstRoute(APIRoute):
+    def shortcut(self) -> Shortcut | None:
+        """What may answer a request once its caller is checked, before FastAPI reads the body
+        into the route's parameters; a subclass's, for requests common enough to be worth it."""
+        return None
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         checks = marked_checks(self.dependant)
         if not checks:
             return handler
+        shortcut = self.shortcut()
 
         async def caller_first(request: Request) -> Response:
             for check in checks:
                 await check(request)
+            if shortcut is not None:
+                answer = await shortcut(request)
+                if answer is not None:
+                    return answer
             return await handler(request)
 
         return caller_first
