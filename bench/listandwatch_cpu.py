@@ -99,9 +99,9 @@ async def serve_blocks(database: str, plugin: bool) -> None:
             print(await timed(new_nodes()), await timed(flips()), flush=True)
 
 
-def compare(other: Path, blocks: int, plugin: bool) -> None:
+def compare(other: Path, blocks: int, plugin: bool, prefix: str) -> None:
     options = ["--plugin"] if plugin else []
-    databases = ("devicedeck_lw_this", "devicedeck_lw_other")
+    databases = (f"{prefix}_this", f"{prefix}_other")
     these, those = take_turns(__file__, (ROOT, other), databases, options, blocks)
     print(f"{blocks} blocks of {BLOCK} snapshots of each kind, one at a time, in turns")
     for k, kind in enumerate(KINDS):
@@ -123,12 +123,17 @@ def main() -> None:
     parser.add_argument("--other", type=Path, help="another checkout to compare with")
     parser.add_argument("--blocks", type=int, default=20)
     parser.add_argument("--plugin", action="store_true", help="snapshots carry a registration")
+    parser.add_argument(
+        "--databases",
+        default="devicedeck_lw",
+        help="prefix of the two databases it creates, for runs side by side",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         asyncio.run(serve_blocks(args.child, args.plugin))
     else:
-        compare((args.other or ROOT).resolve(), args.blocks, args.plugin)
+        compare((args.other or ROOT).resolve(), args.blocks, args.plugin, args.databases)
 
 
 if __name__ == "__main__":
