@@ -5,15 +5,19 @@ parameters to convert; for the dozen-odd rows a snapshot writes, that costs more
 database spends on them. There the rows travel as one JSON array instead, which PostgreSQL
 unpacks with jsonb_to_recordset, and values every row shares travel once, as ordinary bind
 parameters. SQLite keeps the executemany, which its driver runs in C.
+
+On PostgreSQL, writes of one transaction that do not depend on each other's rows can also go
+as one statement (`write_together`): each round trip through the driver costs more CPU than
+PostgreSQL spends on such a write.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import JSON, BigInteger, Row, Table, bindparam, insert, text, update
+from sqlalchemy import JSON, BigInteger, BindParameter, Row, Table, bindparam, insert, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -41,16 +45,19 @@ class BulkInsert:
         record = ", ".join(f"{name} {table.c[name].type.compile(_DIALECT)}" for name in per_row)
         columns = ", ".join([*shared, *per_row])
         values = ", ".join([*(f":{name}" for name in shared), *(f"r.{n}" for n in per_row)])
-        json_insert = (
+        # Named after the table, so that writes to different tables can share a statement.
+        self._rows = f"{table.name}_rows"
+        self._json_insert = (
             f"INSERT INTO {table.name} ({columns}) SELECT {values} "
-            f"FROM jsonb_to_recordset(:rows) AS r({record})"
+            f"FROM jsonb_to_recordset(:{self._rows}) AS r({record})"
         )
         # The shared parameters are typed as their columns, so that times go through the
         # column's type.
-        self._from_json = text(around.format(insert=json_insert)).bindparams(
+        self._binds = (
             *(bindparam(name, type_=table.c[name].type) for name in shared),
-            bindparam("rows", type_=postgresql.JSONB),
+            bindparam(self._rows, type_=postgresql.JSONB),
         )
+        self._from_json = text(around.format(insert=self._json_insert)).bindparams(*self._binds)
 
     def execute(self, session: Session, rows: Sequence[dict[str, Any]]) -> None:
         """Insert `rows`, each a whole row; the shared values are read from the first."""
@@ -61,6 +68,18 @@ class BulkInsert:
             return
         session.execute(self._from_json, self._json_parameters(rows))
 
+    def write(
+        self, rows: Sequence[dict[str, Any]], *, returning: str, then: str | None = None
+    ) -> Write:
+        """The PostgreSQL insert of `rows` (not empty) as a part of `write_together`'s
+        statement, returning `returning` for `then`."""
+        return Write(
+            f"{self._json_insert} RETURNING {returning}",
+            self._binds,
+            self._json_parameters(rows),
+            then,
+        )
+
     def _json_parameters(self, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """The PostgreSQL statement's parameters: the shared values, read from the first row,
         and the rows' own values as one JSON array."""
@@ -68,7 +87,7 @@ class BulkInsert:
         json_rows = [
             {key: row[key] for key in self.per_row if row[key] is not None} for row in rows
         ]
-        return {**{name: rows[0][name] for name in self.shared}, "rows": json_rows}
+        return {**{name: rows[0][name] for name in self.shared}, self._rows: json_rows}
 
 
 class BulkInsertReturning(BulkInsert):
@@ -129,14 +148,18 @@ class BulkUpdate:
                 f"{name} = CASE WHEN {row} ? '{name}' THEN ({value})::{sql_type} "
                 f"ELSE {table.name}.{name} END"
             )
-        self._from_json = text(
-            "WITH changes AS (SELECT CAST(:rows AS jsonb) AS rows) "
+        # Named after the table, so that writes to different tables can share a statement.
+        self._rows, self._ids = f"{table.name}_changes", f"{table.name}_ids"
+        self._update = (
+            f"WITH changes AS (SELECT CAST(:{self._rows} AS jsonb) AS rows) "
             f"UPDATE {table.name} SET {', '.join(settings)} FROM changes "
-            f"WHERE {table.name}.id = ANY(:ids)"
-        ).bindparams(
-            bindparam("rows", type_=postgresql.JSONB),
-            bindparam("ids", type_=postgresql.ARRAY(BigInteger)),
+            f"WHERE {table.name}.id = ANY(:{self._ids})"
         )
+        self._binds = (
+            bindparam(self._rows, type_=postgresql.JSONB),
+            bindparam(self._ids, type_=postgresql.ARRAY(BigInteger)),
+        )
+        self._from_json = text(self._update).bindparams(*self._binds)
         self._by_columns: dict[tuple[str, ...], Any] = {}
 
     def execute(self, session: Session, rows: Sequence[dict[str, Any]]) -> None:
@@ -144,15 +167,7 @@ class BulkUpdate:
         if not rows:
             return
         if session.get_bind().dialect.name == "postgresql":
-            by_id = {
-                str(row["id"]): {
-                    key: value.isoformat() if isinstance(value, datetime) else value
-                    for key, value in row.items()
-                    if key != "id"
-                }
-                for row in rows
-            }
-            session.execute(self._from_json, {"rows": by_id, "ids": [row["id"] for row in rows]})
+            session.execute(self._from_json, self._json_parameters(rows))
             return
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for row in rows:
@@ -160,6 +175,22 @@ class BulkUpdate:
             groups.setdefault(columns, []).append({f"to_{k}": v for k, v in row.items()})
         for columns, group in groups.items():
             session.execute(self._statement(columns), group)
+
+    def write(self, rows: Sequence[dict[str, Any]]) -> Write:
+        """The PostgreSQL update of `rows` (not empty) as a part of `write_together`'s
+        statement."""
+        return Write(self._update, self._binds, self._json_parameters(rows))
+
+    def _json_parameters(self, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        by_id = {
+            str(row["id"]): {
+                key: value.isoformat() if isinstance(value, datetime) else value
+                for key, value in row.items()
+                if key != "id"
+            }
+            for row in rows
+        }
+        return {self._rows: by_id, self._ids: [row["id"] for row in rows]}
 
     def _statement(self, columns: tuple[str, ...]) -> Any:
         statement = self._by_columns.get(columns)
@@ -174,3 +205,43 @@ class BulkUpdate:
             )
             self._by_columns[columns] = statement
         return statement
+
+
+class Write(NamedTuple):
+    """One INSERT or UPDATE, a part of `write_together`'s statement: its SQL with :name
+    parameters, the parameters that need a type (times, JSON), and the values of all. `then`:
+    a SELECT over the rows it returns (`{rows}` in it names them), to end the statement."""
+
+    sql: str
+    binds: tuple[BindParameter[Any], ...]
+    parameters: dict[str, Any]
+    then: str | None = None
+
+
+_together: dict[tuple[str | None, ...], Any] = {}
+
+
+def write_together(session: Session, writes: Sequence[Write]) -> None:
+    """PostgreSQL: the writes as one statement, in their order, each a data-modifying CTE.
+    They all see the rows as the statement found them, and none sees another's changes: only
+    writes that do not read each other's rows go together. Triggers run at the end of the
+    statement, as they would at the end of each write. Only the last may have `then`."""
+    shape = tuple(part for write in writes for part in (write.sql, write.then))
+    statement = _together.get(shape)
+    if statement is None:
+        statement = _together[shape] = _statement_of(writes)
+    parameters: dict[str, Any] = {}
+    for write in writes:
+        parameters.update(write.parameters)
+    session.execute(statement, parameters)
+
+
+def _statement_of(writes: Sequence[Write]) -> Any:
+    assert all(write.then is None for write in writes[:-1])
+    names = [f"w{index}" for index in range(len(writes))]
+    ctes = ", ".join(f"{name} AS ({write.sql})" for name, write in zip(names, writes, strict=True))
+    then = writes[-1].then
+    end = "SELECT 1" if then is None else then.format(rows=names[-1])
+    binds = {bind.key: bind for write in writes for bind in write.binds}
+    assert len(binds) == sum(len(write.binds) for write in writes), "parameter names clash"
+    return text(f"WITH {ctes} {end}").bindparams(*binds.values())

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Text, and_, bindparam, cast, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from app.inventory.bulk import BulkInsertReturning, BulkUpdate
+from app.inventory.bulk import BulkInsertReturning, BulkUpdate, Write
 from app.inventory.derived_health import DERIVED, NotOffered, status_counts, withheld
 from app.inventory.events import EventLog
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY, numa_nodes_of
@@ -162,17 +162,21 @@ def replace_device_list(
     max_node_devices: int | None = None,
     listed: dict[str, ListedDevice],
     new_node: bool = False,
-) -> None:
+) -> DeviceChanges:
     """Rows change only where the snapshot changes them: a present device still listed as it
     was is not written at all. Its `last_seen` is not kept current while it is present
     (readers take the node's); it is written when the device leaves, and while a removed
     device is still listed. `listed`: the stream's devices as `read_stream` read them (none
     for a new node); this function changes the dict. `new_node`: this transaction inserted
-    the node's row, so the node has no other devices to count."""
+    the node's row, so the node has no other devices to count.
+
+    New devices are inserted here; the changes to the stream's other rows are returned, for
+    the caller to write (`write_device_changes`, or `device_changes_write` with the
+    transaction's other closing writes)."""
     existing = listed
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     gone = _withheld_by_status(session, node_id, snapshot, existing, now)
-    changes: list[dict[str, Any]] = []
+    changes: DeviceChanges = []
     new_devices: list[dict[str, Any]] = []
 
     def device_event(
@@ -317,7 +321,21 @@ def replace_device_list(
                     {"id": pk, "state": REMOVED, "removed_at": now, "removed_by_capacity": True}
                 )
                 _removed_by_capacity_event(log, device_id, pk, where)
+    return changes
+
+
+# Changed rows of a stream's devices: each {"id": ..., column: new value, ...}.
+DeviceChanges = list[dict[str, Any]]
+
+
+def write_device_changes(session: Session, changes: DeviceChanges) -> None:
     _UPDATE_DEVICES.execute(session, changes)
+
+
+def device_changes_write(changes: DeviceChanges) -> Write:
+    """`write_device_changes` on PostgreSQL (changes not empty), as a part of a statement of
+    several writes."""
+    return _UPDATE_DEVICES.write(changes)
 
 
 def _withheld_by_status(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, get_args
@@ -9,13 +10,14 @@ from typing import Any, Literal, get_args
 from sqlalchemy.orm import Session
 
 from app.inventory.alerts import write_outbox
-from app.inventory.bulk import BulkInsert
+from app.inventory.bulk import BulkInsert, Write, write_together
 from app.inventory.models import Event, table_of
 
 NOTIFY_CHANNEL = "devicedeck_events"
 
 # PostgreSQL also tells listeners, in the same statement; the notification is delivered at
 # commit.
+_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', count(*)::text) FROM {{rows}}"
 _INSERT_EVENTS = BulkInsert(
     table_of(Event),
     shared=("at", "actor"),
@@ -31,10 +33,7 @@ _INSERT_EVENTS = BulkInsert(
         "before",
         "after",
     ),
-    around=(
-        "WITH inserted AS ({insert} RETURNING 1) "
-        f"SELECT pg_notify('{NOTIFY_CHANNEL}', count(*)::text) FROM inserted"
-    ),
+    around="WITH inserted AS ({insert} RETURNING 1) " + _NOTIFY.format(rows="inserted"),
 )
 
 EventKind = Literal[
@@ -105,4 +104,14 @@ class EventLog:
         """Insert the events; on PostgreSQL also tell listeners, delivered at commit. The
         alerts they start or end go to the notification outbox, when it has targets."""
         _INSERT_EVENTS.execute(session, self.rows)
+        write_outbox(session, self.rows)
+
+    def write_with(self, session: Session, writes: Sequence[Write]) -> None:
+        """`write` on PostgreSQL, in one statement with the transaction's other `writes`
+        (app/inventory/bulk.py `write_together`), which go before the events."""
+        together = list(writes)
+        if self.rows:
+            together.append(_INSERT_EVENTS.write(self.rows, returning="1", then=_NOTIFY))
+        if together:
+            write_together(session, together)
         write_outbox(session, self.rows)

@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.orm import Session
 
+from app.inventory.bulk import Write
 from app.inventory.errors import ConflictingRepeat, Problem, StaleSnapshot
 from app.inventory.events import EventLog
 from app.inventory.models import IngestReceipt, Node, table_of
@@ -226,6 +227,17 @@ _UPDATE_RECEIPT = (
 _INSERT_RECEIPT = insert(_receipts).values(
     node_id=bindparam("for_node"), stream=bindparam("for_stream"), **_RECEIPT_FIELDS
 )
+# The same two, for a statement of several writes on PostgreSQL (`receipt_write`).
+_UPDATE_RECEIPT_SQL = (
+    f"UPDATE {_receipts.name} SET "
+    + ", ".join(f"{column} = :{bind.key}" for column, bind in _RECEIPT_FIELDS.items())
+    + " WHERE id = :receipt_id"
+)
+_INSERT_RECEIPT_SQL = (
+    f"INSERT INTO {_receipts.name} (node_id, stream, {', '.join(_RECEIPT_FIELDS)}) "
+    f"VALUES (:for_node, :for_stream, {', '.join(f':{b.key}' for b in _RECEIPT_FIELDS.values())})"
+)
+_RECEIPT_TIMES = (_RECEIPT_FIELDS["observed_at"], _RECEIPT_FIELDS["received_at"])
 
 
 def find_receipt(session: Session, node_id: int, stream: str) -> StreamReceipt | None:
@@ -233,28 +245,40 @@ def find_receipt(session: Session, node_id: int, stream: str) -> StreamReceipt |
     return None if row is None else StreamReceipt(*row)
 
 
-def record_receipt(
-    session: Session,
-    receipt: StreamReceipt | None,
-    *,
-    node_id: int,
-    stream: str,
-    source: Source,
-    content_hash: str,
-    observed_at: datetime,
-    now: datetime,
-) -> None:
-    fields = {
-        "to_boot": source.boot_id,
-        "to_seq": source.seq,
-        "to_hash": content_hash,
-        "observed": observed_at,
-        "now": now,
-    }
+class ReceiptRecord(NamedTuple):
+    """What a stream's receipt records of the snapshot just applied."""
+
+    node_id: int
+    stream: str
+    source: Source
+    content_hash: str
+    observed_at: datetime
+    now: datetime
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "to_boot": self.source.boot_id,
+            "to_seq": self.source.seq,
+            "to_hash": self.content_hash,
+            "observed": self.observed_at,
+            "now": self.now,
+        }
+
+
+def record_receipt(session: Session, receipt: StreamReceipt | None, record: ReceiptRecord) -> None:
     if receipt is None:
-        session.execute(_INSERT_RECEIPT, {**fields, "for_node": node_id, "for_stream": stream})
+        new = {"for_node": record.node_id, "for_stream": record.stream}
+        session.execute(_INSERT_RECEIPT, {**record.fields(), **new})
     else:
-        session.execute(_UPDATE_RECEIPT, {**fields, "receipt_id": receipt.id})
+        session.execute(_UPDATE_RECEIPT, {**record.fields(), "receipt_id": receipt.id})
+
+
+def receipt_write(receipt: StreamReceipt | None, record: ReceiptRecord) -> Write:
+    """`record_receipt` on PostgreSQL, as a part of a statement of several writes."""
+    if receipt is None:
+        new = {"for_node": record.node_id, "for_stream": record.stream}
+        return Write(_INSERT_RECEIPT_SQL, _RECEIPT_TIMES, {**record.fields(), **new})
+    return Write(_UPDATE_RECEIPT_SQL, _RECEIPT_TIMES, {**record.fields(), "receipt_id": receipt.id})
 
 
 def forget_content_hash(session: Session, node_id: int, stream: str) -> None:

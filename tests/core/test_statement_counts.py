@@ -174,3 +174,49 @@ def test_a_changed_snapshot_sends_no_statement_per_pod(
         assert (result["released"], result["allocated"]) == (count, count)
         sent[count] = statements.count
     assert sent[12] == sent[2], statements.statements
+
+
+def test_a_changed_device_list_closes_in_one_statement_on_postgresql(
+    quiet_api: Api, statements: StatementCounter
+) -> None:
+    """A health flip on PostgreSQL: the node's lock, the stream's read, then the device's
+    change, the receipt and the event together, each a round trip otherwise. SQLite writes
+    them one by one. Either way all of them happen."""
+    api = quiet_api
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
+    flipped = listandwatch("node-a", [dev("gpu-0", "Unhealthy"), dev("gpu-1")], 2)
+    with statements:
+        assert api.ingest_listandwatch(flipped)["health_changes"] == 1
+    if statements.engine.dialect.name == "postgresql":
+        assert statements.count == 3, statements.statements
+        closing = statements.statements[-1]
+        for write in ("UPDATE devices", "UPDATE ingest_receipts", "INSERT INTO events"):
+            assert write in closing, closing
+    else:
+        sent = [s.split()[0].upper() for s in statements.statements]
+        assert sent.count("UPDATE") >= 2 and sent.count("INSERT") == 1, sent
+    devices = api.get("/api/v1/devices", node="node-a")["results"]
+    assert {d["device_id"]: d["health"] for d in devices} == {
+        "gpu-0": "Unhealthy",
+        "gpu-1": "Healthy",
+    }
+    events = api.get("/api/v1/events", kind="health_changed")["results"]
+    assert [(e["device_id"], e["after"]["health"]) for e in events] == [("gpu-0", "Unhealthy")]
+    # The receipt moved to seq 2: the same snapshot again is a repeat.
+    assert api.ingest_listandwatch(flipped)["duplicate"] is True
+
+
+def test_a_new_nodes_device_list_closes_with_its_receipt_and_events(
+    quiet_api: Api, statements: StatementCounter
+) -> None:
+    """A new node's first snapshot inserts its receipt in the statement of its events."""
+    api = quiet_api
+    body = listandwatch("node-b", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 1)
+    with statements:
+        assert api.ingest_listandwatch(body)["added"] == 2
+    if statements.engine.dialect.name == "postgresql":
+        closing = statements.statements[-1]
+        assert "INSERT INTO ingest_receipts" in closing and "INSERT INTO events" in closing
+    kinds = sorted(e["kind"] for e in api.get("/api/v1/events", node="node-b")["results"])
+    assert kinds == ["device_added", "device_added", "node_added"]
+    assert api.ingest_listandwatch(body)["duplicate"] is True
