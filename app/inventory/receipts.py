@@ -16,7 +16,18 @@ from typing import Any, NamedTuple, cast
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sqlalchemy import CursorResult, bindparam, insert, select, update
+from sqlalchemy import (
+    CursorResult,
+    bindparam,
+    exists,
+    false,
+    insert,
+    null,
+    select,
+    true,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.orm import Session
@@ -100,6 +111,26 @@ _LOCK_AND_TOUCH_NODE = (
     .values(last_seen=_NOW, stale_since=None)
     .returning(_locked.c.id, _locked.c.last_seen, _locked.c.stale_since)
 )
+# The same, or, when there is no row to lock, the insert of a new node's row, in one statement:
+# a new node's first snapshot would otherwise wait for both in turn. A row another transaction
+# is inserting makes the insert wait for it, then do nothing: no row comes back.
+_touched = _LOCK_AND_TOUCH_NODE.cte("touched")
+_inserted = (
+    postgresql.insert(_nodes)
+    .from_select(
+        ["name", "first_seen", "last_seen"],
+        select(bindparam("node_name", type_=_nodes.c.name.type), _NOW, _NOW).where(
+            ~exists(_locked.select())
+        ),
+    )
+    .on_conflict_do_nothing(index_elements=["name"])
+    .returning(_nodes.c.id)
+    .cte("inserted")
+)
+_LOCK_TOUCH_OR_INSERT_NODE = union_all(
+    select(_touched.c.id, _touched.c.last_seen, _touched.c.stale_since, false().label("new")),
+    select(_inserted.c.id, null(), null(), true()),
+)
 
 
 class LockedNode(NamedTuple):
@@ -122,18 +153,20 @@ def lock_node_seen(
     first) gets its node_stale event now, dated when the sweep would have marked it."""
     postgresql = session.get_bind().dialect.name == "postgresql"
     names = {"node_name": name, "now": now}
+    # New: seen now, and never stale.
     if postgresql:
-        row = session.execute(_LOCK_AND_TOUCH_NODE, names).first()
+        row = session.execute(_LOCK_TOUCH_OR_INSERT_NODE, names).first()
+        if row is not None and row.new:
+            log.add("node_added", node=name)
+            return LockedNode(int(row.id), new=True)
     else:
         row = session.execute(_LOCK_SEEN_NODE, names).first()
-    if row is None:
-        inserted = _insert_node(session, name, now, log)
-        if inserted is not None:
-            # New: seen now, and never stale.
+        if row is None and (inserted := _insert_node(session, name, now, log)) is not None:
             return LockedNode(inserted, new=True)
+    if row is None:
         # Another transaction inserted it first; wait for its lock.
         row = session.execute(_LOCK_AND_TOUCH_NODE if postgresql else _LOCK_SEEN_NODE, names).one()
-    node_id, last_seen, stale_since = row
+    node_id, last_seen, stale_since = row[:3]
     if not postgresql:
         session.execute(_TOUCH_NODE, {"for_node": node_id, "now": now})
     if stale_since is None and stale_after is not None and now - last_seen > stale_after:

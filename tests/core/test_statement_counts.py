@@ -209,13 +209,17 @@ def test_a_changed_device_list_closes_in_one_statement_on_postgresql(
 def test_a_new_nodes_device_list_closes_with_its_receipt_and_events(
     quiet_api: Api, statements: StatementCounter
 ) -> None:
-    """A new node's first snapshot inserts its receipt in the statement of its events."""
+    """A new node's first snapshot on PostgreSQL: the node's row, inserted where there is no
+    row to lock, in the locking statement; its devices; then its receipt with its events."""
     api = quiet_api
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))  # checks the token
     body = listandwatch("node-b", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 1)
     with statements:
         assert api.ingest_listandwatch(body)["added"] == 2
     if statements.engine.dialect.name == "postgresql":
-        closing = statements.statements[-1]
+        assert statements.count == 3, statements.statements
+        locking, closing = statements.statements[0], statements.statements[-1]
+        assert "FOR UPDATE" in locking and "INSERT INTO nodes" in locking
         assert "INSERT INTO ingest_receipts" in closing and "INSERT INTO events" in closing
     kinds = sorted(e["kind"] for e in api.get("/api/v1/events", node="node-b")["results"])
     assert kinds == ["device_added", "device_added", "node_added"]
