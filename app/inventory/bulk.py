@@ -21,6 +21,8 @@ from sqlalchemy import JSON, BigInteger, BindParameter, Row, Table, bindparam, i
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
+from app.inventory.driver_sql import DriverStatement
+
 _DIALECT = postgresql.dialect()
 
 
@@ -218,7 +220,7 @@ class Write(NamedTuple):
     then: str | None = None
 
 
-_together: dict[tuple[str | None, ...], Any] = {}
+_together: dict[tuple[str | None, ...], DriverStatement] = {}
 
 
 def write_together(session: Session, writes: Sequence[Write]) -> None:
@@ -233,10 +235,10 @@ def write_together(session: Session, writes: Sequence[Write]) -> None:
     parameters: dict[str, Any] = {}
     for write in writes:
         parameters.update(write.parameters)
-    session.execute(statement, parameters)
+    statement.execute(session, parameters)
 
 
-def _statement_of(writes: Sequence[Write]) -> Any:
+def _statement_of(writes: Sequence[Write]) -> DriverStatement:
     assert all(write.then is None for write in writes[:-1])
     names = [f"w{index}" for index in range(len(writes))]
     ctes = ", ".join(f"{name} AS ({write.sql})" for name, write in zip(names, writes, strict=True))
@@ -244,4 +246,4 @@ def _statement_of(writes: Sequence[Write]) -> Any:
     end = "SELECT 1" if then is None else then.format(rows=names[-1])
     binds = {bind.key: bind for write in writes for bind in write.binds}
     assert len(binds) == sum(len(write.binds) for write in writes), "parameter names clash"
-    return text(f"WITH {ctes} {end}").bindparams(*binds.values())
+    return DriverStatement(text(f"WITH {ctes} {end}").bindparams(*binds.values()), binds.values())

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.inventory.bulk import BulkInsertReturning, BulkUpdate, Write
 from app.inventory.derived_health import DERIVED, NotOffered, status_counts, withheld
+from app.inventory.driver_sql import DriverStatement, in_utc
 from app.inventory.events import EventLog
 from app.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY, numa_nodes_of
 from app.inventory.models import Device, IngestReceipt, Node, PluginRegistration, table_of
@@ -70,20 +71,22 @@ _RECEIPT_AND_DEVICES = (
     .where(_nodes.c.id == bindparam("node_id"))
 )
 _RECEIPT_WIDTH = len(RECEIPT_COLUMNS)
+_RECEIPT_AND_DEVICES_SQL = DriverStatement(_RECEIPT_AND_DEVICES)
 
 
 def read_stream(
     session: Session, node_id: int, snapshot: ListAndWatchSnapshot
 ) -> tuple[StreamReceipt | None, dict[str, ListedDevice]]:
     """The stream's receipt (None before its first snapshot) and its devices by device ID."""
-    rows = session.execute(
-        _RECEIPT_AND_DEVICES,
-        {
-            "node_id": node_id,
-            "stream": listandwatch_stream(snapshot.resource),
-            "resource": snapshot.resource,
-        },
-    ).all()
+    parameters = {
+        "node_id": node_id,
+        "stream": listandwatch_stream(snapshot.resource),
+        "resource": snapshot.resource,
+    }
+    if session.get_bind().dialect.name == "postgresql":
+        rows = _RECEIPT_AND_DEVICES_SQL.execute(session, parameters).all()
+    else:
+        rows = session.execute(_RECEIPT_AND_DEVICES, parameters).all()
     receipt = rows[0][:_RECEIPT_WIDTH] if rows else None
     devices = _listed_devices(
         row[_RECEIPT_WIDTH:] for row in rows if row[_RECEIPT_WIDTH] is not None
@@ -146,8 +149,11 @@ class ListedDevice(NamedTuple):
 
 def _listed_devices(rows: Iterable[Sequence[Any]]) -> dict[str, ListedDevice]:
     """Rows of `_LISTED_DEVICES`'s columns by device ID."""
+    # Times in UTC whatever read them (`DriverStatement` on PostgreSQL).
     return {
-        row[1]: ListedDevice._make((*row[:6], list(numa_nodes_of(row[6])), *row[7:]))
+        row[1]: ListedDevice._make(
+            (*row[:6], list(numa_nodes_of(row[6])), in_utc(row[7]), in_utc(row[8]), row[9])
+        )
         for row in rows
     }
 

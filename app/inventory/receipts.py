@@ -8,6 +8,7 @@ expression costs more CPU than PostgreSQL spends executing these ones.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -33,6 +34,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.orm import Session
 
 from app.inventory.bulk import Write
+from app.inventory.driver_sql import DriverStatement, in_utc
 from app.inventory.errors import ConflictingRepeat, Problem, StaleSnapshot
 from app.inventory.events import EventLog
 from app.inventory.models import IngestReceipt, Node, table_of
@@ -127,9 +129,11 @@ _inserted = (
     .returning(_nodes.c.id)
     .cte("inserted")
 )
-_LOCK_TOUCH_OR_INSERT_NODE = union_all(
-    select(_touched.c.id, _touched.c.last_seen, _touched.c.stale_since, false().label("new")),
-    select(_inserted.c.id, null(), null(), true()),
+_LOCK_TOUCH_OR_INSERT_NODE = DriverStatement(
+    union_all(
+        select(_touched.c.id, _touched.c.last_seen, _touched.c.stale_since, false().label("new")),
+        select(_inserted.c.id, null(), null(), true()),
+    )
 )
 
 
@@ -153,12 +157,14 @@ def lock_node_seen(
     first) gets its node_stale event now, dated when the sweep would have marked it."""
     postgresql = session.get_bind().dialect.name == "postgresql"
     names = {"node_name": name, "now": now}
+    row: Sequence[Any] | None
     # New: seen now, and never stale.
     if postgresql:
-        row = session.execute(_LOCK_TOUCH_OR_INSERT_NODE, names).first()
-        if row is not None and row.new:
+        # id, last_seen, stale_since, inserted
+        row = cast(Sequence[Any] | None, _LOCK_TOUCH_OR_INSERT_NODE.execute(session, names).first())
+        if row is not None and row[3]:
             log.add("node_added", node=name)
-            return LockedNode(int(row.id), new=True)
+            return LockedNode(int(row[0]), new=True)
     else:
         row = session.execute(_LOCK_SEEN_NODE, names).first()
         if row is None and (inserted := _insert_node(session, name, now, log)) is not None:
@@ -166,7 +172,7 @@ def lock_node_seen(
     if row is None:
         # Another transaction inserted it first; wait for its lock.
         row = session.execute(_LOCK_AND_TOUCH_NODE if postgresql else _LOCK_SEEN_NODE, names).one()
-    node_id, last_seen, stale_since = row[:3]
+    node_id, last_seen, stale_since = row[0], in_utc(row[1]), in_utc(row[2])
     if not postgresql:
         session.execute(_TOUCH_NODE, {"for_node": node_id, "now": now})
     if stale_since is None and stale_after is not None and now - last_seen > stale_after:

@@ -9,11 +9,14 @@ from datetime import datetime, timedelta
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import make_url
 
 from app.config import Settings
+from app.db import create_db_engine
 from app.main import create_app
 
-from .conftest import dev, listandwatch, live_server
+from .conftest import Api, dev, listandwatch, live_server
 
 LAW = "/api/v1/ingest/listandwatch"
 STALE_AFTER = 1.0
@@ -41,3 +44,35 @@ def test_an_outage_no_sweep_saw_is_recorded_by_the_next_snapshot(
     assert datetime.fromisoformat(stale["at"]) == last_seen + timedelta(seconds=STALE_AFTER)
     assert datetime.fromisoformat(seen["at"]) == datetime.fromisoformat(node["last_seen"])
     assert stale["before"]["last_seen"] == last_seen.isoformat()
+
+
+def test_an_outage_is_recorded_in_utc_whatever_the_databases_time_zone(
+    settings: Settings, auth: dict[str, str]
+) -> None:
+    """Times read back for a changed snapshot are UTC, as everywhere else, even when the
+    PostgreSQL connection's zone is another one."""
+    url = make_url(settings.database_url)
+    postgresql = url.get_backend_name() == "postgresql"
+    zone = "ALTER DATABASE {} SET timezone = 'Asia/Kolkata'"
+    if postgresql:
+        admin = create_db_engine(settings.database_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            connection.exec_driver_sql(zone.format(f'"{url.database}"'))
+    try:
+        app = create_app(settings.model_copy(update={"stale_after": STALE_AFTER}))
+        app.state.background_starters.clear()
+        with TestClient(app) as client:
+            api = Api(client, auth)
+            api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))
+            last_seen = api.get("/api/v1/nodes/node-a")["last_seen"]
+            time.sleep(STALE_AFTER * 2)
+            api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0", "Unhealthy")], 2))
+            events = api.get("/api/v1/events", node="node-a")["results"]
+    finally:
+        if postgresql:
+            with admin.connect() as connection:
+                connection.exec_driver_sql(f'ALTER DATABASE "{url.database}" RESET timezone')
+            admin.dispose()
+    [stale] = [e for e in events if e["kind"] == "node_stale"]
+    assert stale["before"]["last_seen"] == last_seen
+    assert datetime.fromisoformat(last_seen).utcoffset() == timedelta(0)

@@ -1,0 +1,49 @@
+"""Statements a changed snapshot runs on PostgreSQL, sent as the driver's own SQL.
+
+SQLAlchemy's execution of a compiled statement (the compiled-cache lookup, the processing of
+each parameter and of each result value) cost more CPU than PostgreSQL spends on the few
+statements a changed snapshot sends. These are compiled once, for the async psycopg dialect the
+event loop's sessions use, and run with `exec_driver_sql` in the session's transaction; errors
+still come as SQLAlchemy's.
+
+What the column types did is then the caller's: parameters are str, int, aware datetime, None,
+or JSON (`JSON_TYPES` binds are wrapped for the driver); a time read back is in the
+connection's time zone until `in_utc`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, overload
+
+from psycopg.types.json import Jsonb
+from sqlalchemy import JSON, BindParameter, CursorResult
+from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.expression import ClauseElement
+
+_DIALECT = PGDialectAsync_psycopg()
+
+
+class DriverStatement:
+    def __init__(self, statement: ClauseElement, binds: Iterable[BindParameter[Any]] = ()) -> None:
+        compiled = statement.compile(dialect=_DIALECT)
+        self.sql = str(compiled)
+        # Values the statement itself binds (a NULL it writes, for example).
+        self.defaults: dict[str, Any] = dict(compiled.params)
+        self.json = frozenset(bind.key for bind in binds if isinstance(bind.type, JSON))
+
+    def execute(self, session: Session, parameters: dict[str, Any]) -> CursorResult[Any]:
+        values = {**self.defaults, **parameters}
+        for key in self.json:
+            values[key] = Jsonb(values[key])
+        return session.connection().exec_driver_sql(self.sql, values)
+
+
+@overload
+def in_utc(value: datetime) -> datetime: ...
+@overload
+def in_utc(value: None) -> None: ...
+def in_utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
