@@ -175,8 +175,10 @@ def test_a_stale_node_fires_and_resolves_when_it_reports_again(
     wait_for(receiver, 1, "the stale node's message")
     api.ingest_listandwatch(gpus(2))
     wait_for(receiver, 2, "the node's recovery")
-    firing, resolved = receiver.accepted()
-    assert receiver.alerts() == [
+    # On a slow machine the node may fall silent for another second before the checks below
+    # end, and fire again: the first outage is the one this test made.
+    firing, resolved = receiver.accepted()[:2]
+    assert receiver.alerts()[:2] == [
         ("DevicedeckNodeStale", "node-1", "firing"),
         ("DevicedeckNodeStale", "node-1", "resolved"),
     ]
@@ -185,8 +187,8 @@ def test_a_stale_node_fires_and_resolves_when_it_reports_again(
         "severity": "warning",
         "node": "node-1",
     }
-    [stale] = api.events(kind="node_stale")
-    [seen] = api.events(kind="node_seen")
+    stale = min(api.events(kind="node_stale"), key=lambda event: parse(event["at"]))
+    seen = min(api.events(kind="node_seen"), key=lambda event: parse(event["at"]))
     assert parse(firing.alert["startsAt"]) == parse(stale["at"])
     assert resolved.alert["startsAt"] == firing.alert["startsAt"]
     assert parse(resolved.alert["endsAt"]) == parse(seen["at"])
