@@ -9,14 +9,14 @@ consistent.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ARRAY,
     BigInteger,
-    String,
     Table,
     any_,
     bindparam,
@@ -25,10 +25,8 @@ from sqlalchemy import (
     insert,
     or_,
     select,
-    text,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from app.inventory.bulk import BulkInsert, BulkInsertReturning
@@ -112,10 +110,12 @@ class NodeHoldings:
     claims_open: bool | None = None
 
 
-# Two single-table reads, each by its node index. One read joining devices to their open
-# allocations was tried: psycopg prepares a statement after a few runs, and the generic plan
-# PostgreSQL made for the join while the tables had no statistics yet (a new database filling
-# up) scanned every open allocation of the fleet for each device, 150 ms a snapshot.
+# Two single-table reads, each by its node index (the statement-at-a-time path; PostgreSQL
+# reads all in one statement, app/inventory/allocations_postgresql.py). One read joining
+# devices to their open allocations was tried: psycopg prepares a statement after a few runs,
+# and the generic plan PostgreSQL made for the join while the tables had no statistics yet (a
+# new database filling up) scanned every open allocation of the fleet for each device, 150 ms
+# a snapshot.
 _devices = table_of(Device)
 _claims = table_of(ClaimAllocation)
 _NODE_DEVICES = select(
@@ -127,21 +127,12 @@ _NODE_DEVICES = select(
     exists()
     .where(_claims.c.node_id == bindparam("node_id"), _claims.c.ended.is_(None))
     .label("claims_open"),
-).where(_devices.c.node_id == bindparam("node_id"))
-# On PostgreSQL a list of values travels as one array parameter: the statement's text is the
-# same whatever the list's length, so neither SQLAlchemy nor psycopg renders or parses it again.
-# SQLite gets an IN list.
-_NODE_DEVICES_IN = _NODE_DEVICES.where(
+).where(
+    _devices.c.node_id == bindparam("node_id"),
     or_(
         _devices.c.resource.in_(bindparam("resources", expanding=True)),
         _devices.c.state == PRESENT,
-    )
-)
-_NODE_DEVICES_ANY = _NODE_DEVICES.where(
-    or_(
-        _devices.c.resource == any_(bindparam("resources", type_=ARRAY(String()))),
-        _devices.c.state == PRESENT,
-    )
+    ),
 )
 _allocations = table_of(Allocation)
 _CURRENT_ALLOCATIONS = select(
@@ -167,68 +158,87 @@ def referenced_devices(
     return referenced
 
 
-def read_holdings(session: Session, node_id: int, resources: set[str]) -> NodeHoldings:
-    read = _NODE_DEVICES_ANY if on_postgresql(session) else _NODE_DEVICES_IN
-    holdings = NodeHoldings(devices={}, present=0, allocations={})
-    for pk, resource, device_id, health, state, claims_open in session.execute(
-        read, {"node_id": node_id, "resources": sorted(resources)}
-    ):
-        holdings.claims_open = bool(claims_open)
+def _allocation_key(allocation: CurrentAllocation) -> AllocationKey:
+    return (
+        allocation.namespace,
+        allocation.pod,
+        allocation.container,
+        allocation.resource,
+        allocation.device_id,
+    )
+
+
+def holdings_of(
+    device_rows: Iterable[Sequence[Any]],
+    allocations: Iterable[CurrentAllocation],
+    resources: set[str],
+    claims_open: bool | None,
+) -> NodeHoldings:
+    """NodeHoldings from the node's device rows (pk, resource, device ID, health, state) and
+    current allocations."""
+    holdings = NodeHoldings(devices={}, present=0, allocations={}, claims_open=claims_open)
+    for pk, resource, device_id, health, state in device_rows:
         holdings.present += state == PRESENT
         if resource in resources:
             holdings.devices[(resource, device_id)] = HeldDevice(pk, health)
-    for row in session.execute(_CURRENT_ALLOCATIONS, {"node_id": node_id}):
-        allocation = CurrentAllocation(*row)
-        key = (
-            allocation.namespace,
-            allocation.pod,
-            allocation.container,
-            allocation.resource,
-            allocation.device_id,
-        )
-        holdings.allocations[key] = allocation
+    holdings.allocations = {_allocation_key(allocation): allocation for allocation in allocations}
     return holdings
 
 
-# Devices first referenced here, before any plugin snapshot: health Unknown until one comes.
-# Their ListAndWatch streams' receipts forget their content hash (see ensure_devices), on
-# PostgreSQL in the same statement.
-_INSERT_DEVICES = BulkInsertReturning(
-    _devices,
-    shared=("node_id", "health", "health_source", "state", "first_seen", "last_seen"),
-    per_row=("resource", "device_id", "numa_nodes"),
-    returning=("id", "resource", "device_id", "health"),
-    around=(
-        "WITH inserted AS ({insert}), forgotten AS ("
-        " UPDATE ingest_receipts SET content_hash = NULL WHERE node_id = :node_id"
-        f" AND stream IN (SELECT DISTINCT '{listandwatch_stream('')}' || resource FROM inserted)"
-        ") SELECT id, resource, device_id, health FROM inserted"
-    ),
-)
+def read_holdings(session: Session, node_id: int, resources: set[str]) -> NodeHoldings:
+    """The node's holdings a statement at a time."""
+    rows = session.execute(
+        _NODE_DEVICES, {"node_id": node_id, "resources": sorted(resources)}
+    ).all()
+    current = session.execute(_CURRENT_ALLOCATIONS, {"node_id": node_id})
+    # Every device row carries the answer; a node without devices leaves it unknown.
+    claims_open = bool(rows[0].claims_open) if rows else None
+    return holdings_of(
+        (row[:5] for row in rows),
+        (CurrentAllocation(*row) for row in current),
+        resources,
+        claims_open,
+    )
 
 
-def ensure_devices(
-    session: Session,
+@dataclass
+class AllocationChanges:
+    """What a PodResources snapshot changes of its node's devices and allocations, decided
+    before anything is written. Each list is in the order its events are logged.
+
+    `new_devices`: rows of the devices it names before any plugin snapshot did (health Unknown
+    until one comes). `started`: rows of the allocations it starts; a row's `device_pk` is None
+    while its device is one of `new_devices`."""
+
+    new_devices: list[dict[str, Any]]
+    ended: list[CurrentAllocation]
+    learned_uids: list[dict[str, Any]]
+    started: list[dict[str, Any]]
+
+    def ended_ids(self) -> list[int]:
+        return [allocation.id for allocation in self.ended]
+
+
+def allocation_changes(
     node_id: int,
-    node_name: str,
     referenced: set[tuple[str, str]],
     numa_hints: dict[tuple[str, str], set[int]],
     holdings: NodeHoldings,
+    wanted: set[AllocationKey],
+    uids: dict[tuple[str, str], str],
     now: datetime,
-    log: EventLog,
     *,
     max_node_devices: int | None = None,
-) -> dict[tuple[str, str], HeldDevice]:
-    """Devices of the node by (resource, device ID), for the `referenced` ones; those
-    referenced before any plugin snapshot are created with health Unknown."""
-    devices = holdings.devices
+) -> AllocationChanges:
+    """The node's current allocations (`holdings.allocations`) become those `wanted`; the
+    devices `referenced` that the node does not have yet are created, within the node's limit."""
+    devices, current = holdings.devices, holdings.allocations
     missing = sorted(referenced - devices.keys())
-    if not missing:
-        return devices
-    check_device_total(
-        holdings.present + len(missing), field="pod_resources", limit=max_node_devices
-    )
-    rows = [
+    if missing:
+        check_device_total(
+            holdings.present + len(missing), field="pod_resources", limit=max_node_devices
+        )
+    new_devices = [
         {
             "node_id": node_id,
             "resource": resource,
@@ -245,25 +255,99 @@ def ensure_devices(
         }
         for resource, device_id in missing
     ]
-    created = {
-        (row.resource, row.device_id): HeldDevice(row.id, row.health)
-        for row in _INSERT_DEVICES.execute_returning(session, rows)
+    # A pod that came back under the same name with a new UID is a new holder: the earlier
+    # incarnation's allocation ends and a new one starts.
+    replaced = {
+        key
+        for key, allocation in current.items()
+        if key in wanted
+        and allocation.pod_uid
+        and uids.get((key[0], key[1])) not in (None, allocation.pod_uid)
     }
-    for (resource, device_id), row in zip(missing, rows, strict=True):
+    ending = (current.keys() - wanted) | replaced
+    learned_uids = [
+        {"allocation_id": allocation.id, "uid": uid}
+        for key, allocation in current.items()
+        if key not in ending and (uid := uids.get((key[0], key[1]))) and allocation.pod_uid != uid
+    ]
+    staying = current.keys() - ending
+    started = []
+    for namespace, pod, container, resource, device_id in sorted(wanted - staying):
+        device = devices.get((resource, device_id))
+        started.append(
+            {
+                "node_id": node_id,
+                "device_pk": device.pk if device else None,
+                "namespace": namespace,
+                "pod": pod,
+                "pod_uid": uids.get((namespace, pod)),
+                "container": container,
+                "resource": resource,
+                "device_id": device_id,
+                "started": now,
+                "ended": None,
+            }
+        )
+    return AllocationChanges(
+        new_devices=new_devices,
+        ended=[current[key] for key in sorted(ending)],
+        learned_uids=learned_uids,
+        started=started,
+    )
+
+
+def log_allocation_changes(
+    changes: AllocationChanges,
+    node_name: str,
+    devices: dict[tuple[str, str], HeldDevice],
+    log: EventLog,
+) -> None:
+    """The events of `changes`, once written; `devices` holds every device they name, the new
+    ones with the ids the database gave them."""
+    for row in changes.new_devices:
+        resource, device_id = row["resource"], row["device_id"]
         log.add(
             "device_added",
             node=node_name,
             resource=resource,
             device_id=device_id,
-            device_pk=created[(resource, device_id)].pk,
+            device_pk=devices[(resource, device_id)].pk,
             after={"health": UNKNOWN, "numa_nodes": row["numa_nodes"], "via": "podresources"},
         )
-    devices.update(created)
-    # Another stream's rows: its next snapshot must be applied in full.
-    if not on_postgresql(session):
-        streams = sorted({listandwatch_stream(resource) for resource, _ in missing})
-        forget_content_hashes(session, node_id, streams)
-    return devices
+    for allocation in changes.ended:
+        log.add(
+            "released",
+            node=node_name,
+            resource=allocation.resource,
+            device_id=allocation.device_id,
+            device_pk=allocation.device_pk,
+            namespace=allocation.namespace,
+            pod=allocation.pod,
+            container=allocation.container,
+            before={"started": allocation.started.isoformat(), "pod_uid": allocation.pod_uid},
+        )
+    for row in changes.started:
+        device = devices[(row["resource"], row["device_id"])]
+        log.add(
+            "allocated",
+            node=node_name,
+            resource=row["resource"],
+            device_id=row["device_id"],
+            device_pk=device.pk,
+            namespace=row["namespace"],
+            pod=row["pod"],
+            container=row["container"],
+            after={"health": device.health},
+        )
+
+
+# Devices first referenced here, before any plugin snapshot: health Unknown until one comes.
+_INSERT_DEVICES = BulkInsertReturning(
+    _devices,
+    shared=("node_id", "health", "health_source", "state", "first_seen", "last_seen"),
+    per_row=("resource", "device_id", "numa_nodes"),
+    returning=("id", "resource", "device_id", "health"),
+)
 
 
 class Ending:
@@ -301,79 +385,29 @@ _INSERT_ALLOCATIONS = BulkInsert(
 )
 
 
-def replace_allocations(
-    session: Session,
-    node_id: int,
-    node_name: str,
-    wanted: set[AllocationKey],
-    uids: dict[tuple[str, str], str],
-    devices: dict[tuple[str, str], HeldDevice],
-    current: dict[AllocationKey, CurrentAllocation],
-    now: datetime,
-    log: EventLog,
-) -> None:
-    """The node's current allocations (`current`, which this changes) become those `wanted`."""
-    # A pod that came back under the same name with a new UID is a new holder: the earlier
-    # incarnation's allocation ends and a new one starts.
-    replaced = {
-        key
-        for key, allocation in current.items()
-        if key in wanted
-        and allocation.pod_uid
-        and uids.get((key[0], key[1])) not in (None, allocation.pod_uid)
+def write_allocation_changes(
+    session: Session, node_id: int, changes: AllocationChanges, now: datetime
+) -> dict[tuple[str, str], HeldDevice]:
+    """Write `changes` a statement at a time; the devices created, by (resource, device ID)."""
+    created = {
+        (row.resource, row.device_id): HeldDevice(row.id, row.health)
+        for row in _INSERT_DEVICES.execute_returning(session, changes.new_devices)
     }
-    ended: list[int] = []
-    for key in sorted((current.keys() - wanted) | replaced):
-        allocation = current.pop(key)
-        ended.append(allocation.id)
-        log.add(
-            "released",
-            node=node_name,
-            resource=allocation.resource,
-            device_id=allocation.device_id,
-            device_pk=allocation.device_pk,
-            namespace=allocation.namespace,
-            pod=allocation.pod,
-            container=allocation.container,
-            before={"started": allocation.started.isoformat(), "pod_uid": allocation.pod_uid},
-        )
-    _END_ALLOCATIONS.execute(session, ended, now)
-    learned_uids = [
-        {"allocation_id": allocation.id, "uid": uid}
-        for key, allocation in current.items()
-        if (uid := uids.get((key[0], key[1]))) and allocation.pod_uid != uid
+    if created:
+        # Another stream's rows: its next snapshot must be applied in full.
+        streams = sorted({listandwatch_stream(resource) for resource, _ in created})
+        forget_content_hashes(session, node_id, streams)
+    _END_ALLOCATIONS.execute(session, changes.ended_ids(), now)
+    if changes.learned_uids:
+        session.execute(_SET_POD_UID, changes.learned_uids)
+    started = [
+        row
+        if row["device_pk"] is not None
+        else {**row, "device_pk": created[(row["resource"], row["device_id"])].pk}
+        for row in changes.started
     ]
-    if learned_uids:
-        session.execute(_SET_POD_UID, learned_uids)
-    rows = []
-    for namespace, pod, container, resource, device_id in sorted(wanted - current.keys()):
-        device = devices[(resource, device_id)]
-        rows.append(
-            {
-                "node_id": node_id,
-                "device_pk": device.pk,
-                "namespace": namespace,
-                "pod": pod,
-                "pod_uid": uids.get((namespace, pod)),
-                "container": container,
-                "resource": resource,
-                "device_id": device_id,
-                "started": now,
-                "ended": None,
-            }
-        )
-        log.add(
-            "allocated",
-            node=node_name,
-            resource=resource,
-            device_id=device_id,
-            device_pk=device.pk,
-            namespace=namespace,
-            pod=pod,
-            container=container,
-            after={"health": device.health},
-        )
-    _INSERT_ALLOCATIONS.execute(session, rows)
+    _INSERT_ALLOCATIONS.execute(session, started)
+    return created
 
 
 _node_resources = table_of(NodeResource)
@@ -381,40 +415,20 @@ _DELETE_ALLOCATABLE = delete(_node_resources).where(
     _node_resources.c.node_id == bindparam("node_id")
 )
 _INSERT_ALLOCATABLE = insert(_node_resources)
-# One statement on PostgreSQL, which writes only what differs from what is stored: a set the
-# snapshot no longer lists is deleted, a new or changed one written; an unchanged set, the
-# common case, is left alone (its updated_at is when it last changed).
-_REPLACE_ALLOCATABLE = text(
-    "WITH wanted AS ("
-    " SELECT r.resource, r.ids FROM jsonb_to_recordset(:sets) AS r(resource varchar, ids jsonb)"
-    "), dropped AS ("
-    " DELETE FROM node_resources n WHERE n.node_id = :node_id"
-    " AND n.resource NOT IN (SELECT resource FROM wanted)"
-    ") "
-    "INSERT INTO node_resources (node_id, resource, allocatable_device_ids, updated_at) "
-    "SELECT :node_id, resource, ids::json, :now FROM wanted "
-    "ON CONFLICT (node_id, resource) DO UPDATE "
-    "SET allocatable_device_ids = excluded.allocatable_device_ids, "
-    "updated_at = excluded.updated_at "
-    "WHERE node_resources.allocatable_device_ids::jsonb "
-    "<> excluded.allocatable_device_ids::jsonb"
-).bindparams(
-    bindparam("sets", type_=postgresql.JSONB),
-    bindparam("node_id", type_=_node_resources.c.node_id.type),
-    bindparam("now", type_=_node_resources.c.updated_at.type),
-)
+
+
+def allocatable_rows(allocatable: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """Each allocatable set as it is stored: its resource and sorted device IDs."""
+    return [
+        {"resource": resource, "ids": sorted(ids)} for resource, ids in sorted(allocatable.items())
+    ]
 
 
 def replace_allocatable(
     session: Session, node_id: int, allocatable: dict[str, set[str]], now: datetime
 ) -> None:
-    """The node's allocatable sets become those given, each stored as sorted device IDs."""
-    sets = [
-        {"resource": resource, "ids": sorted(ids)} for resource, ids in sorted(allocatable.items())
-    ]
-    if on_postgresql(session):
-        session.execute(_REPLACE_ALLOCATABLE, {"sets": sets, "node_id": node_id, "now": now})
-        return
+    """The node's allocatable sets become those given, a statement at a time."""
+    sets = allocatable_rows(allocatable)
     session.execute(_DELETE_ALLOCATABLE, {"node_id": node_id})
     if sets:
         session.execute(

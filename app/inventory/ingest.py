@@ -30,13 +30,16 @@ from app.clock import utcnow
 from app.db import EventLoopDatabase, write_session
 from app.inventory.allocations import (
     allocatable_sets,
-    ensure_devices,
+    allocation_changes,
+    log_allocation_changes,
+    on_postgresql,
     read_holdings,
     referenced_devices,
     replace_allocatable,
-    replace_allocations,
     wanted_allocations,
+    write_allocation_changes,
 )
+from app.inventory.allocations_postgresql import read_holdings_at_once, write_changes_at_once
 from app.inventory.claims import replace_claim_allocations
 from app.inventory.device_lists import (
     DeviceChanges,
@@ -134,26 +137,32 @@ def _replace_allocations(
     wanted, numa_hints, uids = wanted_allocations(snapshot)
     allocatable = allocatable_sets(snapshot)
     referenced = referenced_devices(wanted, allocatable)
-    holdings = read_holdings(session, node_id, {resource for resource, _ in referenced})
-    devices = ensure_devices(
-        session,
+    resources = {resource for resource, _ in referenced}
+    at_once = on_postgresql(session)
+    if at_once:
+        holdings = read_holdings_at_once(session, node_id, resources)
+    else:
+        holdings = read_holdings(session, node_id, resources)
+    changes = allocation_changes(
         node_id,
-        snapshot.node,
         referenced,
         numa_hints,
         holdings,
+        wanted,
+        uids,
         now,
-        log,
         max_node_devices=max_node_devices,
     )
-    replace_allocations(
-        session, node_id, snapshot.node, wanted, uids, devices, holdings.allocations, now, log
-    )
+    if at_once:
+        created = write_changes_at_once(session, node_id, changes, allocatable, now)
+    else:
+        created = write_allocation_changes(session, node_id, changes, now)
+        if allocatable is not None:
+            replace_allocatable(session, node_id, allocatable, now)
+    log_allocation_changes(changes, snapshot.node, {**holdings.devices, **created}, log)
     replace_claim_allocations(
         session, node_id, snapshot, now, log, claims_open=holdings.claims_open
     )
-    if allocatable is not None:
-        replace_allocatable(session, node_id, allocatable, now)
 
 
 def apply_snapshot(
