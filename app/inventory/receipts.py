@@ -30,7 +30,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.orm import Session
 
 from app.inventory.bulk import Write
@@ -457,7 +456,7 @@ def record_unchanged_snapshot(session: Session, check: UnchangedCheck) -> bool:
 # execution (parameter and result processing, its async adaptation) cost as much CPU as the
 # rest of an unchanged snapshot's request. Every parameter is a str, int or aware datetime,
 # which the driver converts as the column types would.
-_ADVANCE_UNCHANGED_SQL = str(_ADVANCE_UNCHANGED_IN_ONE.compile(dialect=PGDialectAsync_psycopg()))
+_ADVANCE_UNCHANGED_SQL = DriverStatement(_ADVANCE_UNCHANGED_IN_ONE).sql
 
 
 # How long an unchanged snapshot waits for a pooled connection before it takes the full path
