@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from app.clock import utcnow
 from app.config import Settings
 from app.db import write_session
+from app.fleet_metrics import renew_fleet_gauges
 from app.inventory.freshness import Freshness
 from app.inventory.staleness import mark_stale_nodes
 from app.leadership import Election, Leadership
@@ -49,6 +50,14 @@ def start_stale_sweep(app: FastAPI, tasks: BackgroundTasks) -> None:
     """Background starter of the stale sweep, which create_app registers first; one process
     among all replicas and workers sweeps."""
     tasks.start_once(lambda: stale_sweep(app, app.state.settings), name="stale-sweep")
+
+
+def start_fleet_gauge_renewal(app: FastAPI, tasks: BackgroundTasks) -> None:
+    """Background starter of the fleet gauges' renewal, in every process: each answers its
+    own scrapes."""
+    fleet = app.state.metrics.fleet
+    if fleet is not None and fleet.refresh > 0:
+        tasks.start(renew_fleet_gauges(fleet), name="fleet-gauges")
 
 
 class BackgroundTasks:

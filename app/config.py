@@ -116,6 +116,12 @@ class Settings(BaseSettings):
         default=False,
         description="export devicedeck_device_healthy, one series per present device",
     )
+    metrics_refresh: float = Field(
+        default=5.0,
+        ge=0,
+        description="seconds between reads of the fleet gauges, which scrapes answer with; "
+        "0 reads at every scrape",
+    )
     max_devices_per_snapshot: int = Field(default=4096, gt=0)
     max_pods_per_snapshot: int = Field(default=2048, gt=0)
     max_devices_per_node: int = Field(default=16384, gt=0)

@@ -7,7 +7,10 @@ directly, so these families are written here; both exposition formats share the 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.inventory.fields import HEALTH_VALUES
 from app.inventory.freshness import Freshness
 from app.inventory.gauges import FIELD, RECORD, DeviceRow, NodeRow, device_rows, node_rows
+
+log = logging.getLogger(__name__)
 
 
 def label_value(value: str) -> str:
@@ -30,8 +35,22 @@ def _header(name: str, help_text: str) -> str:
 
 
 class FleetGauges:
-    """Reads the database at each scrape: one statement over nodes and their per-resource
-    counters, and with per-device series on, one over the present devices."""
+    """The fleet's families, read from the database: the per-node families and the fleet's
+    totals from one statement over nodes and their per-resource counters, and with per-device
+    series on, those from one over the present devices.
+
+    With `refresh` seconds above zero, a scrape answers with the per-node text of the last
+    read, which `read_nodes` (the service's background task) renews every `refresh` seconds
+    while scrapes come: at 5,000 nodes that read is most of a scrape's time, and a scraper then
+    waits for none of it. A scrape reads for itself when there is no such text, or when it is
+    older than `REREAD_AFTER` refresh intervals (the background reads failing, say, while the
+    database is away); with `refresh` at zero, every scrape reads. Per-device series, when on,
+    are read at each scrape: they cost a second or more at that size, too much to pay every
+    few seconds for scrapes that come every minute or less often."""
+
+    # Renewals stop when no scrape came for this long, and start again with the next scrape.
+    IDLE_AFTER = 600.0
+    REREAD_AFTER = 3
 
     def __init__(
         self,
@@ -39,27 +58,59 @@ class FleetGauges:
         clock: Callable[[], Freshness],
         *,
         per_device: bool,
+        refresh: float = 0.0,
     ) -> None:
         self.factory = factory
         self.clock = clock
         self.per_device = per_device
+        self.refresh = refresh
+        # (time.monotonic() when read, text), of the last read.
+        self._latest: tuple[float, bytes] | None = None
+        self._last_scrape: float | None = None
         # What the last scrape wrote per node, and the fleet totals of those nodes: a scrape
         # writes again only what changed. One scrape at a time updates them.
         self._kept: dict[str, _Kept] = {}
         self._totals: dict[str, list[int]] = {}
         self._lock = threading.Lock()
 
-    def render(self) -> str:
+    def render(self) -> bytes:
+        """The fleet's families for a scrape."""
+        now = time.monotonic()
+        self._last_scrape = now
+        latest = self._latest
+        if (
+            self.refresh <= 0
+            or latest is None
+            or now - latest[0] > self.REREAD_AFTER * self.refresh
+        ):
+            nodes = self.read_nodes()
+        else:
+            nodes = latest[1]
+        if not self.per_device:
+            return nodes
+        with self.factory() as session:
+            devices = device_rows(session, self.clock().cutoff)
+        lines = [_header("devicedeck_device_healthy", DEVICE_HELP), *self._device_lines(devices)]
+        return nodes + "".join(lines).encode()
+
+    def wanted(self) -> bool:
+        """Whether a renewal is worth its read: a scrape came lately."""
+        last = self._last_scrape
+        return last is not None and time.monotonic() - last < self.IDLE_AFTER
+
+    def read_nodes(self) -> bytes:
+        """The per-node families and the fleet's totals as the database has them now, kept
+        for the scrapes to come."""
+        started = time.monotonic()
         clock = self.clock()
         with self.factory() as session:
             nodes = node_rows(session)
-            devices = device_rows(session, clock.cutoff) if self.per_device else None
         with self._lock:
-            lines = self._node_lines(nodes, clock)
-        if devices is not None:
-            lines.append(_header("devicedeck_device_healthy", DEVICE_HELP))
-            lines.extend(self._device_lines(devices))
-        return "".join(lines)
+            text = "".join(self._node_lines(nodes, clock)).encode()
+            # A scrape's read and a renewal may end in either order: the later read is kept.
+            if self._latest is None or self._latest[0] <= started:
+                self._latest = (started, text)
+        return text
 
     @staticmethod
     def _device_lines(devices: list[DeviceRow]) -> list[str]:
@@ -183,3 +234,16 @@ DEVICE_HELP = (
     "1 when the device is Healthy, else 0, per present device of a node that is not stale; "
     "namespace and pod name its holder, empty when free."
 )
+
+
+async def renew_fleet_gauges(fleet: FleetGauges) -> None:
+    """Every `fleet.refresh` seconds while scrapes come, the read their answers are made of."""
+    while True:
+        await asyncio.sleep(fleet.refresh)
+        if not fleet.wanted():
+            continue
+        try:
+            await asyncio.to_thread(fleet.read_nodes)
+        except Exception:
+            # Scrapes read for themselves once the text is too old, and answer as they did.
+            log.warning("reading the fleet gauges failed; will retry", exc_info=True)

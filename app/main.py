@@ -12,7 +12,12 @@ from fastapi import Depends, FastAPI
 from app import __version__
 from app.api import docs, ingest, inventory, kube, openapi, service, tokens
 from app.auth import ANONYMOUS_READER, TokenCache
-from app.background import clock_of, start_background_tasks, start_stale_sweep
+from app.background import (
+    clock_of,
+    start_background_tasks,
+    start_fleet_gauge_renewal,
+    start_stale_sweep,
+)
 from app.clock import utcnow
 from app.config import AuthMode, KubeMode, Settings
 from app.db import (
@@ -78,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 state.session_factory,
                 lambda: clock_of(settings),
                 per_device=settings.metrics_per_device,
+                refresh=settings.metrics_refresh,
             )
         )
         state.metrics.watch_cluster(lambda: _watch_states(state, settings), WATCH_STATES)
@@ -115,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state.kube_problem = None
     state.service_account_reviewer = None
     # Other parts (dashboard live updates, cluster watcher) add (app, tasks) -> None starters.
-    app.state.background_starters = [start_stale_sweep]
+    app.state.background_starters = [start_stale_sweep, start_fleet_gauge_renewal]
     if settings.webhook_urls:
         app.state.background_starters.append(start_webhook_senders)
     install_error_handlers(app)

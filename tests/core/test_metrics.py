@@ -6,17 +6,26 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from app import __version__
+from app.config import Settings
 from app.inventory.models import Node
 
 from .conftest import GPU, NIC, Api, MakeApi, StatementCounter, dev, held, listandwatch, pod
 from .conftest import podresources as podresources_snapshot
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """Every scrape reads the database: these tests are about what a read shows. Answering
+    scrapes from a read renewed in the background has its tests in test_metrics_renewal.py."""
+    return settings.model_copy(update={"metrics_refresh": 0})
 
 
 def scrape(api: Api) -> Samples:
