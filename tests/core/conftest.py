@@ -229,8 +229,10 @@ class StatementCounter:
 @pytest.fixture
 def quiet_api(settings: Settings, auth: dict[str, str]) -> Iterator[Api]:
     """The API of an app without the background work other parts add (live updates, cluster
-    watcher), whose statements would land on the same engine at unpredictable moments."""
-    app = create_app(settings)
+    watcher), whose statements would land on the same engine at unpredictable moments. Its
+    tokens stay checked for the whole test: on a busy machine the default cache could expire
+    between two requests a test compares, and add the token's lookup to one of them."""
+    app = create_app(settings.model_copy(update={"token_cache_seconds": 3600}))
     app.state.background_starters.clear()
     with TestClient(app) as client:
         yield Api(client, auth)
