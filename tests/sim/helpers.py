@@ -75,16 +75,20 @@ def pod_resources_stub(root: Path) -> tuple[grpc.Channel, pr_grpc.PodResourcesLi
     return channel, pr_grpc.PodResourcesListerStub(channel)
 
 
+# The socket's file appears when it is bound, a moment before the server listens on it: a
+# call right then would be refused, so the calls wait (up to their timeout) for the server.
 def list_pods(root: Path) -> pr.ListPodResourcesResponse:
     channel, stub = pod_resources_stub(root)
     with channel:
-        return stub.List(pr.ListPodResourcesRequest(), timeout=5)
+        return stub.List(pr.ListPodResourcesRequest(), timeout=5, wait_for_ready=True)
 
 
 def allocatable(root: Path) -> pr.AllocatableResourcesResponse:
     channel, stub = pod_resources_stub(root)
     with channel:
-        return stub.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=5)
+        return stub.GetAllocatableResources(
+            pr.AllocatableResourcesRequest(), timeout=5, wait_for_ready=True
+        )
 
 
 def device_entries(devices: Iterable[pr.ContainerDevices]) -> set[tuple[str, str, int | None]]:
