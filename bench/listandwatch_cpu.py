@@ -20,14 +20,13 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 from ingest import migrate_and_create_token, new_postgres_database
 from scale import GPU, MIG, Fleet
-from turns import take_turns
+from turns import medians, take_turns
 from unchanged_cpu import post
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,9 +106,7 @@ def compare(other: Path, blocks: int, plugin: bool, prefix: str) -> None:
     for k, kind in enumerate(KINDS):
         for m, measure in enumerate(("CPU", "wall")):
             i = k * 2 + m
-            mine = statistics.median(b[i] for b in these)
-            theirs = statistics.median(b[i] for b in those)
-            ratio = statistics.median(a[i] / b[i] for a, b in zip(these, those, strict=True))
+            mine, theirs, ratio = medians(these, those, i)
             print(
                 f"{kind:<9} {measure:<4} ms/snapshot: this {mine:7.3f}  other {theirs:7.3f}  "
                 f"median ratio this/other {ratio:.3f}"

@@ -14,14 +14,25 @@ the service's CPU time per snapshot of each kind (from /proc, which waiting for 
 core does not count) and the wall rate. Run it from each checkout to compare, alternating:
 
     .venv/bin/python bench/podresources_cpu.py --database devicedeck_podres_cpu
+
+With --other it compares code against code instead, as bench/listandwatch_cpu.py does: two
+processes, one running this checkout's app, the other another checkout's, call the ASGI app
+directly, one request at a time, taking turns a block each (bench/turns.py). A block is
+BLOCK new nodes: their ListAndWatch snapshots, their first PodResources snapshots, and their
+changed ones, each kind timed apart; it prints the median CPU per snapshot of each kind and
+the median ratio this/other.
+
+    .venv/bin/python bench/podresources_cpu.py --other /tmp/before --blocks 12
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,12 +42,19 @@ import psycopg
 from ingest import (
     ServerCpu,
     free_port,
+    migrate_and_create_token,
     new_postgres_database,
     run_phase,
     start_service,
     stop_service,
 )
 from scale import MIG, Fleet
+from turns import medians, take_turns
+from unchanged_cpu import post
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = 50
+KINDS = ("listandwatch new node", "podresources new node", "podresources changed")
 
 Request = tuple[str, str, dict[str, Any] | None]
 
@@ -115,6 +133,68 @@ async def bench(
     )
 
 
+async def serve_blocks(database: str, moves: int) -> None:
+    """Child: set up, print "ready", then run one block per line read from stdin and print the
+    CPU milliseconds per snapshot of each kind; an empty line ends it."""
+    # The app comes from the checkout this child runs in, which may not be this one.
+    sys.path.insert(0, str(Path.cwd()))
+    from app.config import Settings
+    from app.main import create_app
+
+    url = new_postgres_database(database)
+    token = migrate_and_create_token({**os.environ, "DEVICEDECK_DATABASE_URL": url}, Path.cwd())
+    os.environ["DEVICEDECK_LOG_LEVEL"] = "WARNING"
+    app = create_app(Settings(database_url=url))
+    fleet = Fleet(8, 56)
+    fresh = 0
+
+    async def timed(bodies: list[bytes], path: str) -> str:
+        started = time.process_time()
+        for body in bodies:
+            if b'"changed":true' not in await post(app, body, token, path):
+                raise SystemExit("a changed snapshot was answered unchanged")
+        return f"{(time.process_time() - started) / len(bodies) * 1000:.4f}"
+
+    async def block() -> str:
+        nonlocal fresh
+        numbers = range(fresh, fresh + BLOCK)
+        fresh += BLOCK
+        names = {n: f"podres-node-{n:06d}" for n in numbers}
+        kinds = (
+            ("/api/v1/ingest/listandwatch", lambda n: fleet.listandwatch(names[n], n, MIG, 1)),
+            ("/api/v1/ingest/podresources", lambda n: fleet.podresources(names[n], n, 1)),
+            (
+                "/api/v1/ingest/podresources",
+                lambda n: moved(fleet, fleet.podresources(names[n], n, 2), n, moves),
+            ),
+        )
+        figures = []
+        for path, snapshot in kinds:
+            bodies = [json.dumps(snapshot(n)).encode() for n in numbers]
+            figures.append(await timed(bodies, path))
+        return " ".join(figures)
+
+    async with app.router.lifespan_context(app):
+        for _ in range(2):  # warm-up
+            await block()
+        loop = asyncio.get_running_loop()
+        print("ready", flush=True)
+        while (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+            print(await block(), flush=True)
+
+
+def compare(other: Path, blocks: int, moves: int, prefix: str) -> None:
+    databases = (f"{prefix}_this", f"{prefix}_other")
+    these, those = take_turns(__file__, (ROOT, other), databases, ["--moved", str(moves)], blocks)
+    print(f"{blocks} blocks of {BLOCK} new nodes, one request at a time, in turns")
+    for k, kind in enumerate(KINDS):
+        mine, theirs, ratio = medians(these, those, k)
+        print(
+            f"{kind:<22} CPU ms/snapshot: this {mine:7.3f}  other {theirs:7.3f}  "
+            f"median ratio this/other {ratio:.3f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -124,7 +204,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200, help="new nodes a round")
     parser.add_argument("--moved", type=int, default=4, help="inference pods moved a change")
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--other", type=Path, help="another checkout to compare with")
+    parser.add_argument("--blocks", type=int, default=12, help="blocks of each, with --other")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        asyncio.run(serve_blocks(args.child, args.moved))
+        return
+    if args.other:
+        compare(args.other.resolve(), args.blocks, args.moved, args.database)
+        return
 
     workdir = Path(tempfile.mkdtemp(prefix="devicedeck-podres-"))
     os.environ["DEVICEDECK_STALE_AFTER"] = "86400"

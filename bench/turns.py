@@ -8,6 +8,7 @@ empty line ends it. Turns alternate who goes first, so neither always follows th
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,13 @@ def take_turns(
         mine.stop()
         theirs.stop()
     return these, those
+
+
+def medians(
+    these: list[list[float]], those: list[list[float]], index: int
+) -> tuple[float, float, float]:
+    """Of figure `index`: the median of each side, and the median ratio of a block's pair."""
+    mine = statistics.median(b[index] for b in these)
+    theirs = statistics.median(b[index] for b in those)
+    ratio = statistics.median(a[index] / b[index] for a, b in zip(these, those, strict=True))
+    return mine, theirs, ratio
