@@ -302,16 +302,18 @@ def log_allocation_changes(
     devices: dict[tuple[str, str], HeldDevice],
     log: EventLog,
 ) -> None:
-    """The events of `changes`, once written; `devices` holds every device they name, the new
-    ones with the ids the database gave them."""
+    """The events of `changes`. `devices` holds every device they name, the new ones with the
+    ids the database gave them, or leaves the new ones out: their events are then written by
+    the statement that inserts them, which finds their ids (`EventLog.write_with`)."""
     for row in changes.new_devices:
         resource, device_id = row["resource"], row["device_id"]
+        created = devices.get((resource, device_id))
         log.add(
             "device_added",
             node=node_name,
             resource=resource,
             device_id=device_id,
-            device_pk=devices[(resource, device_id)].pk,
+            device_pk=created.pk if created else None,
             after={"health": UNKNOWN, "numa_nodes": row["numa_nodes"], "via": "podresources"},
         )
     for allocation in changes.ended:
@@ -327,17 +329,18 @@ def log_allocation_changes(
             before={"started": allocation.started.isoformat(), "pod_uid": allocation.pod_uid},
         )
     for row in changes.started:
-        device = devices[(row["resource"], row["device_id"])]
+        device = devices.get((row["resource"], row["device_id"]))
         log.add(
             "allocated",
             node=node_name,
             resource=row["resource"],
             device_id=row["device_id"],
-            device_pk=device.pk,
+            device_pk=device.pk if device else None,
             namespace=row["namespace"],
             pod=row["pod"],
             container=row["container"],
-            after={"health": device.health},
+            # A device not held yet is one of `changes.new_devices`.
+            after={"health": device.health if device else UNKNOWN},
         )
 
 

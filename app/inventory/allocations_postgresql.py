@@ -1,33 +1,35 @@
 """A PodResources snapshot's device-plugin side on PostgreSQL: one statement reads what the
-snapshot replaces, one writes what it changes.
+snapshot replaces; what it changes is written by the statement that also writes the snapshot's
+receipt and events.
 
 Statement by statement, a new node's snapshot took five round trips here (devices, current
 allocations, new devices, new allocations, allocatable sets), and each cost more of the
 service's CPU, in SQLAlchemy and the driver, than the database spent on it. SQLite keeps the
 statement-at-a-time path in app/inventory/allocations.py, which decides the same changes.
 
-Both statements are fixed SQL text run with `exec_driver_sql`: no SQLAlchemy expression to
-compile or type to process, while errors are still SQLAlchemy's (a database that went away
-answers 503) and the statements still go through the engine's events. Parameters are the
-driver's own: JSON arrays as `Jsonb`, lists as arrays.
+The read is fixed SQL text run with `exec_driver_sql`: no SQLAlchemy expression to compile or
+type to process, while errors are still SQLAlchemy's (a database that went away answers 503)
+and the statement still goes through the engine's events. Its parameters are the driver's own.
+The writes are parts of `write_together`'s statement (app/inventory/bulk.py): the ids of the
+devices a snapshot creates are found there, by the allocations it starts and by the events.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from psycopg.types.json import Jsonb
+from sqlalchemy import bindparam
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from app.inventory.allocations import (
     AllocationChanges,
     CurrentAllocation,
-    HeldDevice,
     NodeHoldings,
     allocatable_rows,
     holdings_of,
 )
+from app.inventory.bulk import Write
 from app.inventory.fields import PRESENT, UNKNOWN
 from app.inventory.receipts import listandwatch_stream
 
@@ -76,133 +78,114 @@ def read_holdings_at_once(session: Session, node_id: int, resources: set[str]) -
     )
 
 
-# The parts of the write, each a CTE run only when the snapshot needs it. Data-modifying CTEs
-# run once whether or not anything refers to them, and the foreign key from an allocation to
-# a device inserted beside it is checked at the end of the statement.
-_NEW_DEVICES = (
-    "new_devices AS (INSERT INTO devices (node_id, health, health_source, state, first_seen,"
-    " last_seen, resource, device_id, numa_nodes)"
-    f" SELECT %(node_id)s, '{UNKNOWN}', 'unknown', '{PRESENT}', %(now)s, %(now)s,"
+# The parts of the write, each a part of the statement that also writes the snapshot's receipt
+# and events (`write_together` in app/inventory/bulk.py), and only when the snapshot needs it.
+# Data-modifying parts run once whether or not anything reads them, and the foreign key from
+# an allocation to a device inserted beside it is checked at the end of the statement.
+NEW_DEVICES = "new_devices"
+_JSON = postgresql.JSONB
+_NEW_DEVICE_ROWS = bindparam("new_device_rows", type_=_JSON)
+_INSERT_NEW_DEVICES = (
+    "INSERT INTO devices (node_id, health, health_source, state, first_seen, last_seen,"
+    " resource, device_id, numa_nodes)"
+    f" SELECT :holder_node, '{UNKNOWN}', 'unknown', '{PRESENT}', :changed_at, :changed_at,"
     " r.resource, r.device_id, r.numa_nodes"
-    " FROM jsonb_to_recordset(%(devices)s)"
+    " FROM jsonb_to_recordset(:new_device_rows)"
     " AS r(resource varchar, device_id varchar, numa_nodes json)"
-    " RETURNING id, resource, device_id),"
-    # Another stream's rows: its next snapshot must be applied in full.
-    " forgotten AS (UPDATE ingest_receipts SET content_hash = NULL WHERE node_id = %(node_id)s"
-    f" AND stream IN (SELECT DISTINCT '{listandwatch_stream('')}' || resource FROM new_devices))"
+    " RETURNING id, resource, device_id"
 )
-_ENDED = "ended AS (UPDATE allocations SET ended = %(now)s WHERE id = ANY(%(ended)s))"
-_STARTED = (
-    "started AS (INSERT INTO allocations (node_id, started, device_pk, namespace, pod, pod_uid,"
+# Another stream's rows: its next snapshot must be applied in full.
+_FORGET_THEIR_STREAMS = (
+    "UPDATE ingest_receipts SET content_hash = NULL WHERE node_id = :holder_node AND stream IN"
+    f" (SELECT DISTINCT '{listandwatch_stream('')}' || resource FROM {NEW_DEVICES})"
+)
+_END = "UPDATE allocations SET ended = :changed_at WHERE id = ANY(:ended_ids)"
+_LEARNED_UIDS = bindparam("learned_uids", type_=_JSON)
+# The allocations whose UID is learned stay current: no row is also ended here.
+_SET_POD_UIDS = (
+    "UPDATE allocations a SET pod_uid = u.uid"
+    " FROM jsonb_to_recordset(:learned_uids) AS u(id bigint, uid varchar) WHERE a.id = u.id"
+)
+_STARTED_ROWS = bindparam("started_rows", type_=_JSON)
+_START = (
+    "INSERT INTO allocations (node_id, started, device_pk, namespace, pod, pod_uid,"
     " container, resource, device_id)"
-    " SELECT %(node_id)s, %(now)s, {device_pk}, r.namespace, r.pod, r.pod_uid, r.container,"
-    " r.resource, r.device_id FROM jsonb_to_recordset(%(allocations)s) AS r(device_pk bigint,"
+    " SELECT :holder_node, :changed_at, {device_pk}, r.namespace, r.pod, r.pod_uid, r.container,"
+    " r.resource, r.device_id FROM jsonb_to_recordset(:started_rows) AS r(device_pk bigint,"
     " namespace varchar, pod varchar, pod_uid varchar, container varchar, resource varchar,"
-    " device_id varchar){join})"
+    " device_id varchar){join}"
 )
-_STARTED_ON_KNOWN_DEVICES = _STARTED.format(device_pk="r.device_pk", join="")
-_STARTED_ON_ANY_DEVICES = _STARTED.format(
+_START_ON_KNOWN_DEVICES = _START.format(device_pk="r.device_pk", join="")
+_START_ON_ANY_DEVICES = _START.format(
     device_pk="coalesce(r.device_pk, n.id)",
-    join=" LEFT JOIN new_devices n ON n.resource = r.resource AND n.device_id = r.device_id",
+    join=f" LEFT JOIN {NEW_DEVICES} n ON n.resource = r.resource AND n.device_id = r.device_id",
 )
 # Only what differs from what is stored is written: a set the snapshot no longer lists is
 # deleted, a new or changed one written; an unchanged set, the common case, is left alone (its
 # updated_at is when it last changed).
-_ALLOCATABLE = (
-    "sets AS (SELECT r.resource, r.ids FROM jsonb_to_recordset(%(sets)s)"
-    " AS r(resource varchar, ids jsonb)),"
-    " dropped AS (DELETE FROM node_resources n WHERE n.node_id = %(node_id)s"
-    " AND n.resource NOT IN (SELECT resource FROM sets)),"
-    " allocatable AS (INSERT INTO node_resources (node_id, resource, allocatable_device_ids,"
-    " updated_at) SELECT %(node_id)s, resource, ids::json, %(now)s FROM sets"
+_SETS = bindparam("allocatable_sets", type_=_JSON)
+_DROP_UNLISTED_SETS = (
+    "DELETE FROM node_resources n WHERE n.node_id = :holder_node AND n.resource NOT IN"
+    " (SELECT r.resource FROM jsonb_to_recordset(:allocatable_sets) AS r(resource varchar))"
+)
+_WRITE_SETS = (
+    "INSERT INTO node_resources (node_id, resource, allocatable_device_ids, updated_at)"
+    " SELECT :holder_node, r.resource, r.ids::json, :changed_at"
+    " FROM jsonb_to_recordset(:allocatable_sets) AS r(resource varchar, ids jsonb)"
     " ON CONFLICT (node_id, resource) DO UPDATE"
     " SET allocatable_device_ids = excluded.allocatable_device_ids,"
     " updated_at = excluded.updated_at"
     " WHERE node_resources.allocatable_device_ids::jsonb"
-    " <> excluded.allocatable_device_ids::jsonb)"
-)
-_SET_POD_UIDS = (
-    "uids AS (UPDATE allocations a SET pod_uid = u.uid"
-    " FROM jsonb_to_recordset(%(uids)s) AS u(id bigint, uid varchar) WHERE a.id = u.id)"
+    " <> excluded.allocatable_device_ids::jsonb"
 )
 
-# (new devices, ended, learned UIDs, started, allocatable) -> the statement for those parts.
-_Parts = tuple[bool, bool, bool, bool, bool]
-_written: dict[_Parts, str] = {}
 
-
-def _write_statement(parts: _Parts) -> str:
-    statement = _written.get(parts)
-    if statement is None:
-        devices, ended, uids, started, allocatable = parts
-        ctes = []
-        if devices:
-            ctes.append(_NEW_DEVICES)
-        if ended:
-            ctes.append(_ENDED)
-        if uids:
-            # The allocations whose UID is learned stay current: no row is also ended here.
-            ctes.append(_SET_POD_UIDS)
-        if started:
-            ctes.append(_STARTED_ON_ANY_DEVICES if devices else _STARTED_ON_KNOWN_DEVICES)
-        if allocatable:
-            ctes.append(_ALLOCATABLE)
-        answer = "SELECT id, resource, device_id FROM new_devices" if devices else "SELECT 1"
-        statement = "WITH " + ", ".join(ctes) + " " + answer
-        _written[parts] = statement
-    return statement
-
-
-def write_changes_at_once(
-    session: Session,
+def changes_writes(
     node_id: int,
     changes: AllocationChanges,
     allocatable: dict[str, set[str]] | None,
     now: datetime,
-) -> dict[tuple[str, str], HeldDevice]:
-    """Write `changes` and the node's allocatable sets (None: the snapshot has none) in one
-    statement; the devices created, by (resource, device ID)."""
-    parts = (
-        bool(changes.new_devices),
-        bool(changes.ended),
-        bool(changes.learned_uids),
-        bool(changes.started),
-        allocatable is not None,
-    )
-    if not any(parts):
-        return {}
-    parameters: dict[str, Any] = {"node_id": node_id, "now": now}
+) -> list[Write]:
+    """`changes` and the node's allocatable sets (None: the snapshot has none) as parts of
+    one statement; the devices created are its part named NEW_DEVICES."""
+    on_node = {"holder_node": node_id, "changed_at": now}
+    writes = []
     if changes.new_devices:
-        parameters["devices"] = Jsonb(
-            [
-                {
-                    "resource": row["resource"],
-                    "device_id": row["device_id"],
-                    "numa_nodes": row["numa_nodes"],
-                }
-                for row in changes.new_devices
-            ]
+        rows = [
+            {
+                "resource": row["resource"],
+                "device_id": row["device_id"],
+                "numa_nodes": row["numa_nodes"],
+            }
+            for row in changes.new_devices
+        ]
+        writes.append(
+            Write(
+                _INSERT_NEW_DEVICES,
+                (_NEW_DEVICE_ROWS,),
+                {**on_node, "new_device_rows": rows},
+                name=NEW_DEVICES,
+            )
         )
+        writes.append(Write(_FORGET_THEIR_STREAMS, (), on_node))
     if changes.ended:
-        parameters["ended"] = changes.ended_ids()
+        writes.append(Write(_END, (), {**on_node, "ended_ids": changes.ended_ids()}))
     if changes.learned_uids:
-        parameters["uids"] = Jsonb(
-            [{"id": row["allocation_id"], "uid": row["uid"]} for row in changes.learned_uids]
-        )
+        uids = [{"id": row["allocation_id"], "uid": row["uid"]} for row in changes.learned_uids]
+        writes.append(Write(_SET_POD_UIDS, (_LEARNED_UIDS,), {"learned_uids": uids}))
     if changes.started:
         # A key left out of a JSON row (a None value) arrives as NULL.
-        parameters["allocations"] = Jsonb(
-            [
-                {key: row[key] for key in _STARTED_KEYS if row[key] is not None}
-                for row in changes.started
-            ]
-        )
+        started = [
+            {key: row[key] for key in _STARTED_KEYS if row[key] is not None}
+            for row in changes.started
+        ]
+        sql = _START_ON_ANY_DEVICES if changes.new_devices else _START_ON_KNOWN_DEVICES
+        writes.append(Write(sql, (_STARTED_ROWS,), {**on_node, "started_rows": started}))
     if allocatable is not None:
-        parameters["sets"] = Jsonb(allocatable_rows(allocatable))
-    result = session.connection().exec_driver_sql(_write_statement(parts), parameters)
-    if not changes.new_devices:
-        return {}
-    return {(resource, device_id): HeldDevice(pk, UNKNOWN) for pk, resource, device_id in result}
+        sets = {**on_node, "allocatable_sets": allocatable_rows(allocatable)}
+        writes.append(Write(_DROP_UNLISTED_SETS, (), sets))
+        writes.append(Write(_WRITE_SETS, (_SETS,), sets))
+    return writes
 
 
 _STARTED_KEYS = ("device_pk", "namespace", "pod", "pod_uid", "container", "resource", "device_id")

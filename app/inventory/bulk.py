@@ -43,16 +43,12 @@ class BulkInsert:
     ) -> None:
         self.shared = tuple(shared)
         self.per_row = tuple(per_row)
+        self._table = table
         self._executemany = insert(table)
-        record = ", ".join(f"{name} {table.c[name].type.compile(_DIALECT)}" for name in per_row)
-        columns = ", ".join([*shared, *per_row])
-        values = ", ".join([*(f":{name}" for name in shared), *(f"r.{n}" for n in per_row)])
         # Named after the table, so that writes to different tables can share a statement.
         self._rows = f"{table.name}_rows"
-        self._json_insert = (
-            f"INSERT INTO {table.name} ({columns}) SELECT {values} "
-            f"FROM jsonb_to_recordset(:{self._rows}) AS r({record})"
-        )
+        self._json_insert = self._insert_sql({})
+        self._computed_inserts: dict[tuple[tuple[str, str], ...], str] = {}
         # The shared parameters are typed as their columns, so that times go through the
         # column's type.
         self._binds = (
@@ -70,13 +66,43 @@ class BulkInsert:
             return
         session.execute(self._from_json, self._json_parameters(rows))
 
+    def _insert_sql(self, computed: dict[str, str]) -> str:
+        table = self._table
+        record = ", ".join(
+            f"{name} {table.c[name].type.compile(_DIALECT)}" for name in self.per_row
+        )
+        columns = ", ".join([*self.shared, *self.per_row])
+        values = ", ".join(
+            [
+                *(f":{name}" for name in self.shared),
+                *(computed.get(name, f"r.{name}") for name in self.per_row),
+            ]
+        )
+        return (
+            f"INSERT INTO {table.name} ({columns}) SELECT {values} "
+            f"FROM jsonb_to_recordset(:{self._rows}) AS r({record})"
+        )
+
     def write(
-        self, rows: Sequence[dict[str, Any]], *, returning: str, then: str | None = None
+        self,
+        rows: Sequence[dict[str, Any]],
+        *,
+        returning: str,
+        then: str | None = None,
+        computed: dict[str, str] | None = None,
     ) -> Write:
         """The PostgreSQL insert of `rows` (not empty) as a part of `write_together`'s
-        statement, returning `returning` for `then`."""
+        statement, returning `returning` for `then`. `computed` gives some columns an SQL
+        expression instead of the row's value, which is `r.<column>` in it; the rows keep
+        their order all the same."""
+        insert_sql = self._json_insert
+        if computed:
+            key = tuple(computed.items())
+            insert_sql = self._computed_inserts.get(key) or self._computed_inserts.setdefault(
+                key, self._insert_sql(computed)
+            )
         return Write(
-            f"{self._json_insert} RETURNING {returning}",
+            f"{insert_sql} RETURNING {returning}",
             self._binds,
             self._json_parameters(rows),
             then,
@@ -212,12 +238,14 @@ class BulkUpdate:
 class Write(NamedTuple):
     """One INSERT or UPDATE, a part of `write_together`'s statement: its SQL with :name
     parameters, the parameters that need a type (times, JSON), and the values of all. `then`:
-    a SELECT over the rows it returns (`{rows}` in it names them), to end the statement."""
+    a SELECT over the rows it returns (`{rows}` in it names them), to end the statement.
+    `name`: the part's name, for a later part to read the rows it returns."""
 
     sql: str
     binds: tuple[BindParameter[Any], ...]
     parameters: dict[str, Any]
     then: str | None = None
+    name: str | None = None
 
 
 _together: dict[tuple[str | None, ...], DriverStatement] = {}
@@ -226,9 +254,10 @@ _together: dict[tuple[str | None, ...], DriverStatement] = {}
 def write_together(session: Session, writes: Sequence[Write]) -> None:
     """PostgreSQL: the writes as one statement, in their order, each a data-modifying CTE.
     They all see the rows as the statement found them, and none sees another's changes: only
-    writes that do not read each other's rows go together. Triggers run at the end of the
+    writes that do not read each other's rows go together, but a part may read the rows an
+    earlier, named, part returns. Triggers run at the end of the
     statement, as they would at the end of each write. Only the last may have `then`."""
-    shape = tuple(part for write in writes for part in (write.sql, write.then))
+    shape = tuple(part for write in writes for part in (write.sql, write.then, write.name))
     statement = _together.get(shape)
     if statement is None:
         statement = _together[shape] = _statement_of(writes)
@@ -240,7 +269,7 @@ def write_together(session: Session, writes: Sequence[Write]) -> None:
 
 def _statement_of(writes: Sequence[Write]) -> DriverStatement:
     assert all(write.then is None for write in writes[:-1])
-    names = [f"w{index}" for index in range(len(writes))]
+    names = [write.name or f"w{index}" for index, write in enumerate(writes)]
     ctes = ", ".join(f"{name} AS ({write.sql})" for name, write in zip(names, writes, strict=True))
     then = writes[-1].then
     end = "SELECT 1" if then is None else then.format(rows=names[-1])

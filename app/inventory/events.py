@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +36,23 @@ _INSERT_EVENTS = BulkInsert(
     ),
     around="WITH inserted AS ({insert} RETURNING 1) " + _NOTIFY.format(rows="inserted"),
 )
+
+# Only these kinds always name a device row, so only their missing device_pk means a device
+# inserted by the same statement. A subquery per row, not a join, keeps the rows' order, which
+# is the events' order.
+_DEVICE_EVENTS = ("device_added", "allocated")
+
+
+@functools.cache
+def _pk_of_new_device(new_devices: str) -> dict[str, str]:
+    kinds = ", ".join(f"'{kind}'" for kind in _DEVICE_EVENTS)
+    return {
+        "device_pk": f"CASE WHEN r.device_pk IS NULL AND r.kind IN ({kinds}) THEN"
+        f" (SELECT n.id FROM {new_devices} n"
+        " WHERE n.resource = r.resource AND n.device_id = r.device_id)"
+        " ELSE r.device_pk END"
+    }
+
 
 EventKind = Literal[
     "node_added",
@@ -106,12 +124,21 @@ class EventLog:
         _INSERT_EVENTS.execute(session, self.rows)
         write_outbox(session, self.rows)
 
-    def write_with(self, session: Session, writes: Sequence[Write]) -> None:
+    def write_with(
+        self, session: Session, writes: Sequence[Write], *, new_devices: str | None = None
+    ) -> None:
         """`write` on PostgreSQL, in one statement with the transaction's other `writes`
-        (app/inventory/bulk.py `write_together`), which go before the events."""
+        (app/inventory/bulk.py `write_together`), which go before the events.
+
+        `new_devices` names the part of `writes` that inserts devices, returning their id,
+        resource and device_id: a device's or an allocation's event logged with no device_pk
+        names one of those, whose id the statement finds."""
         together = list(writes)
         if self.rows:
-            together.append(_INSERT_EVENTS.write(self.rows, returning="1", then=_NOTIFY))
+            computed = None if new_devices is None else _pk_of_new_device(new_devices)
+            together.append(
+                _INSERT_EVENTS.write(self.rows, returning="1", then=_NOTIFY, computed=computed)
+            )
         if together:
             write_together(session, together)
         write_outbox(session, self.rows)

@@ -39,7 +39,12 @@ from app.inventory.allocations import (
     wanted_allocations,
     write_allocation_changes,
 )
-from app.inventory.allocations_postgresql import read_holdings_at_once, write_changes_at_once
+from app.inventory.allocations_postgresql import (
+    NEW_DEVICES,
+    changes_writes,
+    read_holdings_at_once,
+)
+from app.inventory.bulk import Write
 from app.inventory.claims import replace_claim_allocations
 from app.inventory.device_lists import (
     DeviceChanges,
@@ -133,7 +138,9 @@ def _replace_allocations(
     now: datetime,
     log: EventLog,
     max_node_devices: int | None,
-) -> None:
+) -> list[Write]:
+    """On PostgreSQL, the changes are written by the statement that closes the snapshot: its
+    parts, returned. On SQLite they are written here, and none is returned."""
     wanted, numa_hints, uids = wanted_allocations(snapshot)
     allocatable = allocatable_sets(snapshot)
     referenced = referenced_devices(wanted, allocatable)
@@ -153,16 +160,19 @@ def _replace_allocations(
         now,
         max_node_devices=max_node_devices,
     )
+    writes: list[Write] = []
     if at_once:
-        created = write_changes_at_once(session, node_id, changes, allocatable, now)
+        writes = changes_writes(node_id, changes, allocatable, now)
+        log_allocation_changes(changes, snapshot.node, holdings.devices, log)
     else:
         created = write_allocation_changes(session, node_id, changes, now)
         if allocatable is not None:
             replace_allocatable(session, node_id, allocatable, now)
-    log_allocation_changes(changes, snapshot.node, {**holdings.devices, **created}, log)
+        log_allocation_changes(changes, snapshot.node, {**holdings.devices, **created}, log)
     replace_claim_allocations(
         session, node_id, snapshot, now, log, claims_open=holdings.claims_open
     )
+    return writes
 
 
 def apply_snapshot(
@@ -208,6 +218,7 @@ def apply_snapshot(
         log.write(session)
         return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
     device_changes: DeviceChanges = []
+    allocation_writes: list[Write] = []
     if receipt is None or receipt.content_hash != content_hash:
         if isinstance(snapshot, ListAndWatchSnapshot):
             device_changes = _replace_device_list(
@@ -221,15 +232,20 @@ def apply_snapshot(
                 listed=listed,
             )
         else:
-            _replace_allocations(session, node_id, snapshot, now, log, max_node_devices)
+            allocation_writes = _replace_allocations(
+                session, node_id, snapshot, now, log, max_node_devices
+            )
     record = ReceiptRecord(
         node_id, stream, snapshot.source, content_hash, snapshot.observed_at, now
     )
     if session.get_bind().dialect.name == "postgresql":
-        # The closing writes read none of each other's rows: one statement, one round trip.
+        # The closing writes read none of each other's rows but the devices a PodResources
+        # snapshot creates: one statement, one round trip.
         writes = [device_changes_write(device_changes)] if device_changes else []
+        writes += allocation_writes
         writes.append(receipt_write(receipt, record))
-        log.write_with(session, writes)
+        creates = any(write.name == NEW_DEVICES for write in allocation_writes)
+        log.write_with(session, writes, new_devices=NEW_DEVICES if creates else None)
     else:
         write_device_changes(session, device_changes)
         record_receipt(session, receipt, record)

@@ -1,7 +1,8 @@
 """Everything one PodResources snapshot can change of its node at once: devices it names before
 any plugin snapshot, allocations that end, start, or learn their pod's UID, a pod recreated
 under its name, and the allocatable sets. On PostgreSQL that is one statement (after one
-read), on SQLite a statement at a time; the outcome is the same."""
+read), which also writes the snapshot's receipt and events; on SQLite a statement at a time;
+the outcome is the same."""
 
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def test_a_snapshot_reads_and_writes_allocations_in_one_statement_each_on_postgr
     quiet_api: Api, statements: StatementCounter
 ) -> None:
     """However much a snapshot changes, the device-plugin side of it is one read and one
-    write on PostgreSQL."""
+    write on PostgreSQL, and that write is also the receipt's and the events'."""
     api = quiet_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1"), dev("gpu-2")], 1))
     api.ingest_podresources(podresources("node-a", FIRST, 1))
@@ -158,6 +159,20 @@ def test_a_snapshot_reads_and_writes_allocations_in_one_statement_each_on_postgr
         for s in statements.statements
         if any(table in s for table in ("allocations", "node_resources", "INTO devices"))
     ]
-    # SQLite reads devices and allocations apart and writes each kind of change apart.
-    expected = 2 if statements.engine.dialect.name == "postgresql" else 8
-    assert len(touching) == expected, touching
+    if statements.engine.dialect.name == "postgresql":
+        # The node's lock and the receipt's read come first.
+        assert statements.count == 4, statements.statements
+        assert touching == statements.statements[-2:], statements.statements
+        closing = touching[-1]
+        for write in (
+            "INSERT INTO devices",
+            "UPDATE allocations",
+            "INSERT INTO allocations",
+            "INTO node_resources",
+            "UPDATE ingest_receipts",
+            "INSERT INTO events",
+        ):
+            assert write in closing, closing
+    else:
+        # SQLite reads devices and allocations apart and writes each kind of change apart.
+        assert len(touching) == 8, touching
