@@ -71,6 +71,26 @@ def allocatable_sets(snapshot: PodResourcesSnapshot) -> dict[str, set[str]] | No
     return sets
 
 
+class PodsListed(NamedTuple):
+    """What a PodResources snapshot lists, as replacing the node's holdings needs it; the
+    `resources` of the devices it names, whose rows are read."""
+
+    wanted: set[AllocationKey]
+    numa_hints: dict[tuple[str, str], set[int]]
+    uids: dict[tuple[str, str], str]
+    allocatable: dict[str, set[str]] | None
+    referenced: set[tuple[str, str]]
+    resources: set[str]
+
+
+def pods_listed(snapshot: PodResourcesSnapshot) -> PodsListed:
+    wanted, numa_hints, uids = wanted_allocations(snapshot)
+    allocatable = allocatable_sets(snapshot)
+    referenced = referenced_devices(wanted, allocatable)
+    resources = {resource for resource, _ in referenced}
+    return PodsListed(wanted, numa_hints, uids, allocatable, referenced, resources)
+
+
 class HeldDevice(NamedTuple):
     """What an allocation needs of its device."""
 

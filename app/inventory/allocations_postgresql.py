@@ -31,31 +31,47 @@ from app.inventory.allocations import (
 )
 from app.inventory.bulk import Write
 from app.inventory.fields import PRESENT, UNKNOWN
-from app.inventory.receipts import listandwatch_stream
+from app.inventory.receipts import StreamReceipt, listandwatch_stream
 
-# Each part by its node index, as the statement-at-a-time reads do (see allocations.py on the
-# join that was tried). The rows come back as JSON arrays in one row: for a node's hundred-odd
-# rows that costs less than a result row each.
-_READ_HOLDINGS = (
-    "SELECT"
+# The stream's receipt, and, only when the snapshot's content is not the one it last applied,
+# the holdings the snapshot replaces: each part by its node index, as the statement-at-a-time
+# reads do (see allocations.py on the join that was tried). The rows come back as JSON arrays
+# in one row: for a node's hundred-odd rows that costs less than a result row each.
+_READ_RECEIPT_AND_HOLDINGS = (
+    "SELECT r.id, r.boot_id, r.seq, r.payload_hash, r.content_hash,"
+    " h.devices, h.allocations, h.claims_open"
+    " FROM (SELECT) AS one"
+    " LEFT JOIN ingest_receipts r ON r.node_id = %(node_id)s AND r.stream = %(stream)s"
+    " LEFT JOIN LATERAL (SELECT"
     " (SELECT json_agg(json_build_array(d.id, d.resource, d.device_id, d.health, d.state))"
     "  FROM devices d WHERE d.node_id = %(node_id)s"
-    f"  AND (d.resource = ANY(%(resources)s) OR d.state = '{PRESENT}')),"
+    f"  AND (d.resource = ANY(%(resources)s) OR d.state = '{PRESENT}')) AS devices,"
     " (SELECT json_agg(json_build_array(a.id, a.namespace, a.pod, a.pod_uid, a.container,"
     "   a.resource, a.device_id, a.device_pk, a.started))"
-    "  FROM allocations a WHERE a.node_id = %(node_id)s AND a.ended IS NULL),"
+    "  FROM allocations a WHERE a.node_id = %(node_id)s AND a.ended IS NULL) AS allocations,"
     " EXISTS (SELECT FROM claim_allocations c WHERE c.node_id = %(node_id)s AND c.ended IS NULL)"
+    " AS claims_open"
+    " WHERE r.content_hash IS DISTINCT FROM %(content_hash)s) AS h ON true"
 )
 
 
-def read_holdings_at_once(session: Session, node_id: int, resources: set[str]) -> NodeHoldings:
-    """The node's holdings, and whether it holds DRA claims now, in one statement."""
-    devices, allocations, claims_open = (
-        session.connection()
-        .exec_driver_sql(_READ_HOLDINGS, {"node_id": node_id, "resources": sorted(resources)})
-        .one()
-    )
-    return holdings_of(
+def read_receipt_and_holdings(
+    session: Session, node_id: int, stream: str, content_hash: str, resources: set[str]
+) -> tuple[StreamReceipt | None, NodeHoldings | None]:
+    """The stream's receipt (None before its first snapshot) and, unless the receipt says the
+    content is unchanged, the node's holdings and whether it holds DRA claims now."""
+    parameters = {
+        "node_id": node_id,
+        "stream": stream,
+        "content_hash": content_hash,
+        "resources": sorted(resources),
+    }
+    row = session.connection().exec_driver_sql(_READ_RECEIPT_AND_HOLDINGS, parameters).one()
+    receipt = None if row[0] is None else StreamReceipt(*row[:5])
+    devices, allocations, claims_open = row[5:]
+    if claims_open is None:
+        return receipt, None
+    return receipt, holdings_of(
         devices or (),
         (
             # JSON has no time type: `started` comes as PostgreSQL's ISO 8601 text.
@@ -74,7 +90,7 @@ def read_holdings_at_once(session: Session, node_id: int, resources: set[str]) -
             or ()
         ),
         resources,
-        bool(claims_open),
+        claims_open,
     )
 
 

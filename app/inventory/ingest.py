@@ -29,20 +29,20 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.db import EventLoopDatabase, write_session
 from app.inventory.allocations import (
-    allocatable_sets,
+    NodeHoldings,
+    PodsListed,
     allocation_changes,
     log_allocation_changes,
     on_postgresql,
+    pods_listed,
     read_holdings,
-    referenced_devices,
     replace_allocatable,
-    wanted_allocations,
     write_allocation_changes,
 )
 from app.inventory.allocations_postgresql import (
     NEW_DEVICES,
     changes_writes,
-    read_holdings_at_once,
+    read_receipt_and_holdings,
 )
 from app.inventory.bulk import Write
 from app.inventory.claims import replace_claim_allocations
@@ -138,25 +138,26 @@ def _replace_allocations(
     now: datetime,
     log: EventLog,
     max_node_devices: int | None,
+    listed: PodsListed | None,
+    holdings: NodeHoldings | None,
 ) -> list[Write]:
-    """On PostgreSQL, the changes are written by the statement that closes the snapshot: its
-    parts, returned. On SQLite they are written here, and none is returned."""
-    wanted, numa_hints, uids = wanted_allocations(snapshot)
-    allocatable = allocatable_sets(snapshot)
-    referenced = referenced_devices(wanted, allocatable)
-    resources = {resource for resource, _ in referenced}
-    at_once = on_postgresql(session)
-    if at_once:
-        holdings = read_holdings_at_once(session, node_id, resources)
+    """On PostgreSQL, where the holdings were read with the receipt, the changes are written
+    by the statement that closes the snapshot: its parts, returned. On SQLite the holdings are
+    read and the changes written here, and none is returned."""
+    if listed is None or holdings is None:
+        listed = pods_listed(snapshot)
+        holdings = read_holdings(session, node_id, listed.resources)
+        at_once = False
     else:
-        holdings = read_holdings(session, node_id, resources)
+        at_once = True
+    allocatable = listed.allocatable
     changes = allocation_changes(
         node_id,
-        referenced,
-        numa_hints,
+        listed.referenced,
+        listed.numa_hints,
         holdings,
-        wanted,
-        uids,
+        listed.wanted,
+        listed.uids,
         now,
         max_node_devices=max_node_devices,
     )
@@ -207,7 +208,15 @@ def apply_snapshot(
     # A node this transaction created has no receipt, and no devices, to look for. A
     # ListAndWatch stream's receipt comes with its devices, which a changed snapshot needs.
     listed: dict[str, ListedDevice] = {}
-    if node.new:
+    pods: PodsListed | None = None
+    holdings: NodeHoldings | None = None
+    if isinstance(snapshot, PodResourcesSnapshot) and on_postgresql(session):
+        # The receipt comes with the holdings a changed snapshot replaces.
+        pods = pods_listed(snapshot)
+        receipt, holdings = read_receipt_and_holdings(
+            session, node_id, stream, content_hash, pods.resources
+        )
+    elif node.new:
         receipt = None
     elif isinstance(snapshot, ListAndWatchSnapshot):
         receipt, listed = read_stream(session, node_id, snapshot)
@@ -233,7 +242,7 @@ def apply_snapshot(
             )
         else:
             allocation_writes = _replace_allocations(
-                session, node_id, snapshot, now, log, max_node_devices
+                session, node_id, snapshot, now, log, max_node_devices, pods, holdings
             )
     record = ReceiptRecord(
         node_id, stream, snapshot.source, content_hash, snapshot.observed_at, now

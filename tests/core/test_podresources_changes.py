@@ -160,9 +160,10 @@ def test_a_snapshot_reads_and_writes_allocations_in_one_statement_each_on_postgr
         if any(table in s for table in ("allocations", "node_resources", "INTO devices"))
     ]
     if statements.engine.dialect.name == "postgresql":
-        # The node's lock and the receipt's read come first.
-        assert statements.count == 4, statements.statements
+        # The node's lock comes first; the stream's receipt is read with the holdings.
+        assert statements.count == 3, statements.statements
         assert touching == statements.statements[-2:], statements.statements
+        assert "ingest_receipts" in touching[0], touching[0]
         closing = touching[-1]
         for write in (
             "INSERT INTO devices",
