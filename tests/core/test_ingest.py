@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -491,3 +493,42 @@ def test_the_content_hash_reads_a_snapshot_as_its_full_dump_does() -> None:
     assert snapshot.allocatable is not None
     for entry in snapshot.allocatable.devices:
         assert devices_content(entry) == entry.model_dump()
+
+
+def dumped_hash(snapshot: PodResourcesSnapshot) -> str:
+    """The content hash as the standard library serialises the full dump, key order sorted."""
+    content = {
+        "pods": sorted(
+            (p.namespace, p.name, p.uid, [c.model_dump() for c in p.containers])
+            for p in snapshot.pod_resources
+        ),
+        "allocatable": snapshot.allocatable.model_dump() if snapshot.allocatable else None,
+    }
+    encoded = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+def test_the_content_hash_is_the_standard_librarys_serialisation_of_the_dump() -> None:
+    # Stored hashes must keep matching whatever serialises the content: plain ASCII, and text
+    # the standard library escapes (other characters, DEL).
+    claim = {**GPU_CLAIM["claimResources"][0], "shareId": "s-1", "cdiDevices": [{"name": "c"}]}
+    container = {
+        "name": "main",
+        "devices": [held(GPU, "gpu-0", "gpu-1", numa=[1, 0])],
+        "dynamicResources": [{**GPU_CLAIM, "claimResources": [claim]}],
+    }
+    for uid, device_id in (("u-1", "nic-0"), ("u-\x7f", "nic-0"), ("u-1", "nic-\u00e9")):
+        snapshot = PodResourcesSnapshot.model_validate(
+            podresources(
+                "node-d",
+                [
+                    {**pod("infer", uid=uid), "containers": [container]},
+                    pod("idle", containers={"main": [held(NIC, device_id)]}),
+                ],
+                1,
+                allocatable={"devices": [held(GPU, "gpu-0", "gpu-1"), held(NIC, device_id)]},
+            )
+        )
+        assert snapshot.content_hash() == dumped_hash(snapshot), (uid, device_id)
+    no_allocatable = PodResourcesSnapshot.model_validate(podresources("node-d", [pod("a")], 1))
+    assert no_allocatable.content_hash() == dumped_hash(no_allocatable)
