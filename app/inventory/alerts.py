@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -182,11 +183,17 @@ def _transition(kind: str, row: dict[str, Any]) -> Transition | None:
     )
 
 
+def outbox_of(info: Mapping[str, Any]) -> OutboxConfig | None:
+    """Where a session's notifications go, by its `info`; None when nowhere."""
+    config: OutboxConfig | None = info.get(OUTBOX_INFO_KEY)
+    return config if config is not None and config.targets else None
+
+
 def write_outbox(session: Session, rows: list[dict[str, Any]]) -> None:
     """Queue a notification to every target for each alert transition among `rows`, in the
     session's transaction; nothing when the session has no targets."""
-    config: OutboxConfig | None = session.info.get(OUTBOX_INFO_KEY)
-    if config is None or not config.targets:
+    config = outbox_of(session.info)
+    if config is None:
         return
     transitions = transitions_of(rows)
     if not transitions:

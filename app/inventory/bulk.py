@@ -257,6 +257,12 @@ def write_together(session: Session, writes: Sequence[Write]) -> None:
     writes that do not read each other's rows go together, but a part may read the rows an
     earlier, named, part returns. Triggers run at the end of the
     statement, as they would at the end of each write. Only the last may have `then`."""
+    statement, parameters = together(writes)
+    statement.execute(session, parameters)
+
+
+def together(writes: Sequence[Write]) -> tuple[DriverStatement, dict[str, Any]]:
+    """`write_together`'s statement and its parameters, for a caller that sends it itself."""
     shape = tuple(part for write in writes for part in (write.sql, write.then, write.name))
     statement = _together.get(shape)
     if statement is None:
@@ -264,7 +270,7 @@ def write_together(session: Session, writes: Sequence[Write]) -> None:
     parameters: dict[str, Any] = {}
     for write in writes:
         parameters.update(write.parameters)
-    statement.execute(session, parameters)
+    return statement, parameters
 
 
 def _statement_of(writes: Sequence[Write]) -> DriverStatement:

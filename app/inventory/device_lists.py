@@ -57,36 +57,46 @@ _nodes = table_of(Node)
 # The stream's receipt and its devices in one read, made after the node's row is locked, so
 # both are as the last snapshot left them: a row per device with the receipt's columns on
 # each, or one row without device columns when the stream has no device.
-_RECEIPT_AND_DEVICES = (
-    select(*RECEIPT_COLUMNS, *_listed_columns)
-    .select_from(
-        _nodes.outerjoin(
-            _receipts,
-            and_(_receipts.c.node_id == _nodes.c.id, _receipts.c.stream == bindparam("stream")),
-        ).outerjoin(
-            _devices,
-            and_(_devices.c.node_id == _nodes.c.id, _devices.c.resource == bindparam("resource")),
-        )
+_STREAM_OF_NODE = select(*RECEIPT_COLUMNS, *_listed_columns).select_from(
+    _nodes.outerjoin(
+        _receipts,
+        and_(_receipts.c.node_id == _nodes.c.id, _receipts.c.stream == bindparam("stream")),
+    ).outerjoin(
+        _devices,
+        and_(_devices.c.node_id == _nodes.c.id, _devices.c.resource == bindparam("resource")),
     )
-    .where(_nodes.c.id == bindparam("node_id"))
 )
+_RECEIPT_AND_DEVICES = _STREAM_OF_NODE.where(_nodes.c.id == bindparam("node_id"))
 _RECEIPT_WIDTH = len(RECEIPT_COLUMNS)
 _RECEIPT_AND_DEVICES_SQL = DriverStatement(_RECEIPT_AND_DEVICES)
+# The same by the node's name, for a read sent with the statement that locks the node's row,
+# before its id is known; it runs after that statement, so under the lock all the same.
+STREAM_OF_NAMED_NODE = DriverStatement(
+    _STREAM_OF_NODE.where(_nodes.c.name == bindparam("node_name"))
+)
 
 
 def read_stream(
     session: Session, node_id: int, snapshot: ListAndWatchSnapshot
 ) -> tuple[StreamReceipt | None, dict[str, ListedDevice]]:
     """The stream's receipt (None before its first snapshot) and its devices by device ID."""
-    parameters = {
-        "node_id": node_id,
-        "stream": listandwatch_stream(snapshot.resource),
-        "resource": snapshot.resource,
-    }
+    parameters = {**stream_parameters(snapshot), "node_id": node_id}
     if session.get_bind().dialect.name == "postgresql":
         rows = _RECEIPT_AND_DEVICES_SQL.execute(session, parameters).all()
     else:
         rows = session.execute(_RECEIPT_AND_DEVICES, parameters).all()
+    return stream_of_rows(rows)
+
+
+def stream_parameters(snapshot: ListAndWatchSnapshot) -> dict[str, Any]:
+    """The parameters of the stream's read but for its node."""
+    return {"stream": listandwatch_stream(snapshot.resource), "resource": snapshot.resource}
+
+
+def stream_of_rows(
+    rows: Sequence[Sequence[Any]],
+) -> tuple[StreamReceipt | None, dict[str, ListedDevice]]:
+    """`read_stream`'s answer from the rows of its statement."""
     receipt = rows[0][:_RECEIPT_WIDTH] if rows else None
     devices = _listed_devices(
         row[_RECEIPT_WIDTH:] for row in rows if row[_RECEIPT_WIDTH] is not None
@@ -179,29 +189,63 @@ def replace_device_list(
     New devices are inserted here; the changes to the stream's other rows are returned, for
     the caller to write (`write_device_changes`, or `device_changes_write` with the
     transaction's other closing writes)."""
+    gone = _withheld_by_status(session, node_id, snapshot, listed, now)
+    changes, new_devices = listed_device_changes(node_id, snapshot, now, log, listed, gone)
+    if new_devices:
+        if max_node_devices is not None:
+            # The snapshot replaces this resource's list; the node's other resources stay.
+            elsewhere = (
+                0
+                if new_node
+                else session.execute(
+                    _PRESENT_ELSEWHERE, {"node_id": node_id, "resource": snapshot.resource}
+                ).scalar_one()
+            )
+            check_device_total(
+                elsewhere + len(snapshot.devices), field="devices", limit=max_node_devices
+            )
+        pks = {
+            row.device_id: row.id for row in _INSERT_DEVICES.execute_returning(session, new_devices)
+        }
+        where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
+        for row in new_devices:
+            device_id = row["device_id"]
+            pk = pks[device_id]
+            _device_event(
+                log,
+                snapshot,
+                "device_added",
+                device_id,
+                pk,
+                after={
+                    "health": row["health"],
+                    "raw_health": row["raw_health"],
+                    "numa_nodes": row["numa_nodes"],
+                },
+            )
+            if device_id in gone:
+                changes.append(
+                    {"id": pk, "state": REMOVED, "removed_at": now, "removed_by_capacity": True}
+                )
+                _removed_by_capacity_event(log, device_id, pk, where)
+    return changes
+
+
+def listed_device_changes(
+    node_id: int,
+    snapshot: ListAndWatchSnapshot,
+    now: datetime,
+    log: EventLog,
+    listed: dict[str, ListedDevice],
+    gone: set[str],
+) -> tuple[DeviceChanges, list[dict[str, Any]]]:
+    """`replace_device_list` without a statement: the changes to the stream's rows, with their
+    events, and the rows of the devices it does not list yet, to insert (their events come
+    with their ids). `gone`: the devices the Node's status counts as gone."""
     existing = listed
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
-    gone = _withheld_by_status(session, node_id, snapshot, existing, now)
     changes: DeviceChanges = []
     new_devices: list[dict[str, Any]] = []
-
-    def device_event(
-        kind: str,
-        device_id: str,
-        device_pk: int,
-        before: dict[str, Any] | None = None,
-        after: dict[str, Any] | None = None,
-    ) -> None:
-        log.add(
-            kind,
-            node=snapshot.node,
-            resource=snapshot.resource,
-            device_id=device_id,
-            device_pk=device_pk,
-            before=before,
-            after=after,
-        )
-
     for incoming in snapshot.devices:
         health = kubelet_health(incoming.health)
         numa = incoming.topology.numa_ids() if incoming.topology else []
@@ -230,7 +274,9 @@ def replace_device_list(
             # Still listed while removed (by capacity): seen now.
             change["last_seen"] = now
             if incoming.ID not in gone:
-                device_event(
+                _device_event(
+                    log,
+                    snapshot,
                     "device_reappeared",
                     incoming.ID,
                     pk,
@@ -241,7 +287,9 @@ def replace_device_list(
                 change["removed_at"] = None
                 change["removed_by_capacity"] = False
         if device.health != health:
-            device_event(
+            _device_event(
+                log,
+                snapshot,
                 "health_changed",
                 incoming.ID,
                 pk,
@@ -255,7 +303,9 @@ def replace_device_list(
         if device.health_source != snapshot.health_source:
             change["health_source"] = snapshot.health_source
         if numa and device.numa_nodes != numa:
-            device_event(
+            _device_event(
+                log,
+                snapshot,
                 "topology_changed",
                 incoming.ID,
                 pk,
@@ -284,7 +334,9 @@ def replace_device_list(
                     "removed_by_capacity": False,
                 }
             )
-            device_event(
+            _device_event(
+                log,
+                snapshot,
                 "device_removed",
                 device.device_id,
                 device.id,
@@ -293,41 +345,27 @@ def replace_device_list(
             )
         elif device.removed_by_capacity:
             changes.append({"id": device.id, "removed_by_capacity": False})
-    if new_devices:
-        if max_node_devices is not None:
-            # The snapshot replaces this resource's list; the node's other resources stay.
-            elsewhere = (
-                0
-                if new_node
-                else session.execute(
-                    _PRESENT_ELSEWHERE, {"node_id": node_id, "resource": snapshot.resource}
-                ).scalar_one()
-            )
-            check_device_total(
-                elsewhere + len(snapshot.devices), field="devices", limit=max_node_devices
-            )
-        pks = {
-            row.device_id: row.id for row in _INSERT_DEVICES.execute_returning(session, new_devices)
-        }
-        for row in new_devices:
-            device_id = row["device_id"]
-            pk = pks[device_id]
-            device_event(
-                "device_added",
-                device_id,
-                pk,
-                after={
-                    "health": row["health"],
-                    "raw_health": row["raw_health"],
-                    "numa_nodes": row["numa_nodes"],
-                },
-            )
-            if device_id in gone:
-                changes.append(
-                    {"id": pk, "state": REMOVED, "removed_at": now, "removed_by_capacity": True}
-                )
-                _removed_by_capacity_event(log, device_id, pk, where)
-    return changes
+    return changes, new_devices
+
+
+def _device_event(
+    log: EventLog,
+    snapshot: ListAndWatchSnapshot,
+    kind: str,
+    device_id: str,
+    device_pk: int,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> None:
+    log.add(
+        kind,
+        node=snapshot.node,
+        resource=snapshot.resource,
+        device_id=device_id,
+        device_pk=device_pk,
+        before=before,
+        after=after,
+    )
 
 
 # Changed rows of a stream's devices: each {"id": ..., column: new value, ...}.

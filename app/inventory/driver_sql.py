@@ -35,10 +35,14 @@ class DriverStatement:
         self.json = frozenset(bind.key for bind in binds if isinstance(bind.type, JSON))
 
     def execute(self, session: Session, parameters: dict[str, Any]) -> CursorResult[Any]:
+        return session.connection().exec_driver_sql(self.sql, self.values(parameters))
+
+    def values(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        """The parameters as the driver takes them, with `sql`, on a connection of its own."""
         values = {**self.defaults, **parameters}
         for key in self.json:
             values[key] = Jsonb(values[key])
-        return session.connection().exec_driver_sql(self.sql, values)
+        return values
 
 
 @overload

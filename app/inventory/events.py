@@ -133,12 +133,20 @@ class EventLog:
         `new_devices` names the part of `writes` that inserts devices, returning their id,
         resource and device_id: a device's or an allocation's event logged with no device_pk
         names one of those, whose id the statement finds."""
+        together = self.written_after(writes, new_devices=new_devices)
+        if together:
+            write_together(session, together)
+        write_outbox(session, self.rows)
+
+    def written_after(
+        self, writes: Sequence[Write], *, new_devices: str | None = None
+    ) -> list[Write]:
+        """`writes`, then the events' insert with its notification, as parts of one statement
+        (`write_together`, as `write_with` says); the alerts' outbox is not among them."""
         together = list(writes)
         if self.rows:
             computed = None if new_devices is None else _pk_of_new_device(new_devices)
             together.append(
                 _INSERT_EVENTS.write(self.rows, returning="1", then=_NOTIFY, computed=computed)
             )
-        if together:
-            write_together(session, together)
-        write_outbox(session, self.rows)
+        return together
