@@ -176,11 +176,12 @@ def test_a_changed_snapshot_sends_no_statement_per_pod(
     assert sent[12] == sent[2], statements.statements
 
 
-def test_a_changed_device_list_closes_in_one_statement_on_postgresql(
+def test_a_health_flip_goes_on_the_drivers_connection_on_postgresql(
     quiet_api: Api, statements: StatementCounter
 ) -> None:
-    """A health flip on PostgreSQL: the node's lock, the stream's read, then the device's
-    change, the receipt and the event together, each a round trip otherwise. SQLite writes
+    """A health flip on a stream this process has stored, on PostgreSQL: the node's lock, the
+    stream's read, then the device's change, the receipt and the event, all on a pooled
+    connection of the driver (`apply_listed_devices`), so SQLAlchemy sees none. SQLite writes
     them one by one. Either way all of them happen."""
     api = quiet_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
@@ -188,10 +189,7 @@ def test_a_changed_device_list_closes_in_one_statement_on_postgresql(
     with statements:
         assert api.ingest_listandwatch(flipped)["health_changes"] == 1
     if statements.engine.dialect.name == "postgresql":
-        assert statements.count == 3, statements.statements
-        closing = statements.statements[-1]
-        for write in ("UPDATE devices", "UPDATE ingest_receipts", "INSERT INTO events"):
-            assert write in closing, closing
+        assert statements.statements == []
     else:
         sent = [s.split()[0].upper() for s in statements.statements]
         assert sent.count("UPDATE") >= 2 and sent.count("INSERT") == 1, sent
@@ -204,6 +202,35 @@ def test_a_changed_device_list_closes_in_one_statement_on_postgresql(
     assert [(e["device_id"], e["after"]["health"]) for e in events] == [("gpu-0", "Unhealthy")]
     # The receipt moved to seq 2: the same snapshot again is a repeat.
     assert api.ingest_listandwatch(flipped)["duplicate"] is True
+
+
+def test_a_changed_device_list_the_driver_path_does_not_take_closes_in_one_statement(
+    quiet_api: Api, statements: StatementCounter
+) -> None:
+    """A changed snapshot that lists a new device takes the full path on PostgreSQL, even on a
+    stream this process has stored: the node's lock, the stream's read, ..., the new device's
+    row, then the device changes, the receipt and the events together."""
+    api = quiet_api
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
+    grown = listandwatch("node-a", [dev("gpu-0", "Unhealthy"), dev("gpu-1"), dev("gpu-2")], 2)
+    with statements:
+        result = api.ingest_listandwatch(grown)
+    assert (result["added"], result["health_changes"], result["events"]) == (1, 1, 2)
+    if statements.engine.dialect.name == "postgresql":
+        locking, closing = statements.statements[0], statements.statements[-1]
+        assert "FOR UPDATE" in locking, locking
+        assert "INSERT INTO devices" in statements.statements[-2]
+        for write in ("UPDATE devices", "UPDATE ingest_receipts", "INSERT INTO events"):
+            assert write in closing, closing
+    added = api.get("/api/v1/events", kind="device_added", node="node-a")["results"]
+    assert sorted(e["device_id"] for e in added) == ["gpu-0", "gpu-1", "gpu-2"]
+    devices = api.get("/api/v1/devices", node="node-a")["results"]
+    assert {d["device_id"]: d["health"] for d in devices} == {
+        "gpu-0": "Unhealthy",
+        "gpu-1": "Healthy",
+        "gpu-2": "Healthy",
+    }
+    assert api.ingest_listandwatch(grown)["duplicate"] is True
 
 
 def test_a_new_nodes_device_list_closes_with_its_receipt_and_events(
