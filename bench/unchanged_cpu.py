@@ -122,9 +122,9 @@ async def serve_blocks(database: str, real_size: bool) -> None:
             print(f"{elapsed / len(bodies) * 1000:.4f}", flush=True)
 
 
-def compare(other: Path, blocks: int, real_size: bool) -> None:
+def compare(other: Path, blocks: int, real_size: bool, prefix: str) -> None:
     options = ["--real-size"] if real_size else []
-    databases = ("devicedeck_cpu_this", "devicedeck_cpu_other")
+    databases = (f"{prefix}_this", f"{prefix}_other")
     these, those = take_turns(__file__, (ROOT, other), databases, options, blocks)
     ratios = [mine[0] / theirs[0] for mine, theirs in zip(these, those, strict=True)]
     quartiles = statistics.quantiles(ratios, n=4)
@@ -144,14 +144,17 @@ def main() -> None:
     parser.add_argument("--other", type=Path, help="another checkout to compare with")
     parser.add_argument("--blocks", type=int, default=60)
     parser.add_argument("--real-size", action="store_true", help="bench/scale.py's snapshot")
+    parser.add_argument(
+        "--databases",
+        default="devicedeck_cpu",
+        help="prefix of the two databases it creates, for runs side by side",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         asyncio.run(serve_blocks(args.child, args.real_size))
-    elif args.other:
-        compare(args.other.resolve(), args.blocks, args.real_size)
     else:
-        compare(ROOT, args.blocks, args.real_size)
+        compare((args.other or ROOT).resolve(), args.blocks, args.real_size, args.databases)
 
 
 if __name__ == "__main__":
