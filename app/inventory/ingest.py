@@ -74,7 +74,6 @@ from app.inventory.events import EventLog
 from app.inventory.receipts import (
     LOCK_AND_TOUCH_NODE_SQL,
     PODRESOURCES_STREAM,
-    UNCHANGED_CONNECTION_WAIT,
     Order,
     ReceiptRecord,
     StreamReceipt,
@@ -85,7 +84,6 @@ from app.inventory.receipts import (
     receipt_write,
     record_receipt,
     record_unchanged_snapshot,
-    record_unchanged_snapshot_async,
     unchanged_check,
 )
 from app.inventory.schemas import (
@@ -96,6 +94,7 @@ from app.inventory.schemas import (
     SnapshotPlace,
     check_snapshot_size,
 )
+from app.inventory.unchanged import UNCHANGED_CONNECTION_WAIT, UnchangedSnapshots
 
 Snapshot = ListAndWatchSnapshot | PodResourcesSnapshot
 
@@ -464,6 +463,11 @@ class SnapshotIngest:
         self.max_node_devices = max_node_devices
         self.stale_after = stale_after
         self.recent = RecentContent()
+        self.unchanged = (
+            None
+            if event_loop_database is None
+            else UnchangedSnapshots(event_loop_database.statements)
+        )
 
     async def record_repeat(self, place: SnapshotPlace, body_digest: bytes) -> bool:
         """A snapshot whose body, but for its place, is the one this process last stored for
@@ -474,17 +478,18 @@ class SnapshotIngest:
         there is no database to run it on in the event loop, or the database finds the content
         or the place not those of an unchanged snapshot (another writer, an older seq, a stale
         node). The snapshot then takes `apply`."""
-        database = self.event_loop_database
+        unchanged = self.unchanged
         stream = stream_of(place)
         content_hash = self.recent.content_of(place.node, stream, body_digest)
-        if content_hash is None or database is None:
+        if content_hash is None or unchanged is None:
             return False
-        return bool(await self._record_unchanged(database, place, stream, content_hash))
+        return bool(await self._record_unchanged(unchanged, place, stream, content_hash))
 
     async def _record_unchanged(
-        self, database: EventLoopDatabase, snapshot: Placed, stream: str, content_hash: str
+        self, unchanged: UnchangedSnapshots, snapshot: Placed, stream: str, content_hash: str
     ) -> bool | None:
-        """The one statement on its own; None when it could not run."""
+        """The unchanged-snapshot statement, outside any transaction; None when it could not
+        run."""
         check = unchanged_check(
             snapshot,
             stream=stream,
@@ -492,7 +497,7 @@ class SnapshotIngest:
             now=utcnow(),
             stale_after=self.stale_after,
         )
-        return await record_unchanged_snapshot_async(database.statements, check)
+        return await unchanged.record(check)
 
     async def apply(
         self,
@@ -511,8 +516,8 @@ class SnapshotIngest:
         try_unchanged_first = self.recent.may_be_unchanged(snapshot.node, stream, content_hash)
         database = self.event_loop_database
         unchanged: bool | None = False
-        if try_unchanged_first and database is not None:
-            unchanged = await self._record_unchanged(database, snapshot, stream, content_hash)
+        if try_unchanged_first and self.unchanged is not None:
+            unchanged = await self._record_unchanged(self.unchanged, snapshot, stream, content_hash)
             # None: it could not run on its own, and the full path's transaction tries it.
             try_unchanged_first = unchanged is None
         applied: IngestResult | None = None

@@ -14,9 +14,6 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple, cast
 
-import psycopg
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import (
     CursorResult,
     bindparam,
@@ -452,34 +449,3 @@ def record_unchanged_snapshot(session: Session, check: UnchangedCheck) -> bool:
         session.execute(_ADVANCE_UNCHANGED_RECEIPT, {**check, "for_node": node_id}),
     )
     return touched.rowcount == 1
-
-
-# Rendered once for the async driver, which runs it on a pooled connection: SQLAlchemy's own
-# execution (parameter and result processing, its async adaptation) cost as much CPU as the
-# rest of an unchanged snapshot's request. Every parameter is a str, int or aware datetime,
-# which the driver converts as the column types would.
-_ADVANCE_UNCHANGED_SQL = DriverStatement(_ADVANCE_UNCHANGED_IN_ONE).sql
-
-
-# How long an unchanged snapshot waits for a pooled connection before it takes the full path
-# instead. A free connection normally comes within milliseconds; waiting longer means the
-# database is down (the pool is still reconnecting) or the service is overloaded, and the full
-# path reports either at once, as a 503.
-UNCHANGED_CONNECTION_WAIT = 0.5
-
-
-async def record_unchanged_snapshot_async(
-    pool: AsyncConnectionPool[AsyncConnection[Any]], check: UnchangedCheck
-) -> bool | None:
-    """`record_unchanged_snapshot` for PostgreSQL on a pool of autocommit connections: the
-    single statement is its own transaction, and changes nothing when it returns False. None
-    when it could not run: no connection came in time, the server dropped the pooled
-    connection (which the pool then discards), or refused the statement for now. A failed
-    statement changed nothing, and the full path, which the caller takes next, meets the same
-    trouble and reports it."""
-    try:
-        async with pool.connection(timeout=UNCHANGED_CONNECTION_WAIT) as connection:
-            cursor = await connection.execute(_ADVANCE_UNCHANGED_SQL, check)
-            return await cursor.fetchone() is not None
-    except psycopg.OperationalError:  # PoolTimeout included
-        return None

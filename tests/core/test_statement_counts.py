@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.inventory.receipts import _ADVANCE_UNCHANGED_SQL
+from app.inventory.unchanged import _ADVANCE_UNCHANGED_ROWS_SQL
 
 from .conftest import GPU, NIC, Api, StatementCounter, dev, held, listandwatch, pod, podresources
 
@@ -119,7 +119,7 @@ def test_unchanged_snapshot_costs_one_statement_on_postgresql_two_on_sqlite(
 ) -> None:
     """The common case of a node agent's life: same content, next seq. Only the node's last
     seen time and the stream's receipt are written. On PostgreSQL that is one statement, run on
-    the driver's connection (`_ADVANCE_UNCHANGED_SQL`), so SQLAlchemy sees none."""
+    the driver's connection (`_ADVANCE_UNCHANGED_ROWS_SQL`), so SQLAlchemy sees none."""
     api = quiet_api
     devices = [dev("gpu-0"), dev("gpu-1")]
     api.ingest_listandwatch(listandwatch("node-a", devices, 1))
@@ -128,8 +128,8 @@ def test_unchanged_snapshot_costs_one_statement_on_postgresql_two_on_sqlite(
     api.ingest_podresources(podresources("node-a", pods, 1))
     api.ingest_podresources(podresources("node-a", pods, 2))
     on_postgresql = statements.engine.dialect.name == "postgresql"
-    assert "UPDATE nodes" in _ADVANCE_UNCHANGED_SQL
-    assert "UPDATE ingest_receipts" in _ADVANCE_UNCHANGED_SQL
+    assert "UPDATE nodes" in _ADVANCE_UNCHANGED_ROWS_SQL
+    assert "UPDATE ingest_receipts" in _ADVANCE_UNCHANGED_ROWS_SQL
     for seq in (3, 4):
         for post, body in (
             (api.ingest_listandwatch, listandwatch("node-a", devices, seq)),
