@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     CursorResult,
+    Update,
     bindparam,
     exists,
     false,
@@ -373,33 +374,38 @@ _ADVANCE_UNCHANGED_RECEIPT = (
     .where(_receipts.c.node_id == bindparam("for_node"), *_RECEIPT_IS_UNCHANGED_BEFORE)
     .values(_RECEIPT_ADVANCED)
 )
+
+
 # PostgreSQL does it all in one statement, which changes nothing unless the snapshot is
 # unchanged, so it is safe outside an explicit transaction: lock the fresh node row first (as
 # the full path would), advance the receipt if it matches, then touch the node.
-_LOCKED_FRESH_NODE = (
-    select(_nodes.c.id)
-    .where(
-        _nodes.c.name == bindparam("node_name"),
-        _nodes.c.stale_since.is_(None),
-        _nodes.c.last_seen >= bindparam("fresh_since", type_=_nodes.c.last_seen.type),
+def _advance_unchanged_in_one(*, skip_locked: bool) -> Update:
+    locked_fresh_node = (
+        select(_nodes.c.id)
+        .where(
+            _nodes.c.name == bindparam("node_name"),
+            _nodes.c.stale_since.is_(None),
+            _nodes.c.last_seen >= bindparam("fresh_since", type_=_nodes.c.last_seen.type),
+        )
+        .with_for_update(skip_locked=skip_locked)
+        .cte("fresh_node")
     )
-    .with_for_update()
-    .cte("fresh_node")
-)
-_ADVANCED_RECEIPT = (
-    update(_receipts)
-    .where(_receipts.c.node_id == _LOCKED_FRESH_NODE.c.id, *_RECEIPT_IS_UNCHANGED_BEFORE)
-    .values(_RECEIPT_ADVANCED)
-    .returning(_receipts.c.node_id)
-    .cte("advanced_receipt")
-)
-_ADVANCE_UNCHANGED_IN_ONE = (
-    update(_nodes)
-    .where(_nodes.c.id == _ADVANCED_RECEIPT.c.node_id)
-    .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type))
-    .returning(_nodes.c.id)
-)
+    advanced_receipt = (
+        update(_receipts)
+        .where(_receipts.c.node_id == locked_fresh_node.c.id, *_RECEIPT_IS_UNCHANGED_BEFORE)
+        .values(_RECEIPT_ADVANCED)
+        .returning(_receipts.c.node_id)
+        .cte("advanced_receipt")
+    )
+    return (
+        update(_nodes)
+        .where(_nodes.c.id == advanced_receipt.c.node_id)
+        .values(last_seen=bindparam("now", type_=_nodes.c.last_seen.type))
+        .returning(_nodes.c.id)
+    )
 
+
+_ADVANCE_UNCHANGED_IN_ONE = _advance_unchanged_in_one(skip_locked=False)
 
 # Before any node was seen: with no stale_after, every node is fresh.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -449,3 +455,13 @@ def record_unchanged_snapshot(session: Session, check: UnchangedCheck) -> bool:
         session.execute(_ADVANCE_UNCHANGED_RECEIPT, {**check, "for_node": node_id}),
     )
     return touched.rowcount == 1
+
+
+# Rendered once for the async driver, which runs it on a pooled connection
+# (app/inventory/unchanged.py): SQLAlchemy's own execution (parameter and result processing, its
+# async adaptation) cost as much CPU as the rest of an unchanged snapshot's request. Every
+# parameter is a str, int or aware datetime, which the driver converts as the column types
+# would. A node row another transaction holds is skipped there, not waited for (the snapshot
+# then takes the full path, which waits): the snapshots queued behind the statement must not
+# wait for it.
+ADVANCE_UNCHANGED_SQL = DriverStatement(_advance_unchanged_in_one(skip_locked=True)).sql

@@ -23,7 +23,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from app.inventory.models import IngestReceipt, Node, table_of
-from app.inventory.receipts import UnchangedCheck
+from app.inventory.receipts import ADVANCE_UNCHANGED_SQL, UnchangedCheck
 
 _nodes = table_of(Node).name
 _receipts = table_of(IngestReceipt).name
@@ -83,17 +83,29 @@ SELECT row FROM advanced_receipt
 # overloaded, and the full path reports either at once, as a 503.
 UNCHANGED_CONNECTION_WAIT = 0.5
 
-Verdict = asyncio.Future[bool | None]
+
+class _Lead:
+    """What a queued snapshot's request is told when it is to send the next statement itself;
+    otherwise it is told its snapshot's verdict."""
+
+
+LEAD = _Lead()
+Verdict = asyncio.Future[bool | None | _Lead]
+Waiting = list[tuple[UnchangedCheck, Verdict]]
 
 
 class UnchangedSnapshots:
     """`record_unchanged_snapshot` for PostgreSQL on a pool of autocommit connections, one
-    statement in flight at a time, each its own transaction."""
+    statement in flight at a time, each its own transaction.
+
+    The request whose snapshot finds no statement in flight sends it at once, itself; no task
+    is started for it, at low load the common case. When its statement is done, it hands the
+    snapshots queued meanwhile to the first of them, whose request sends them together."""
 
     def __init__(self, pool: AsyncConnectionPool[AsyncConnection[Any]]) -> None:
         self._pool = pool
-        self._waiting: list[tuple[UnchangedCheck, Verdict]] = []
-        self._sending: asyncio.Task[None] | None = None
+        self._waiting: Waiting = []
+        self._sending = False
 
     async def record(self, check: UnchangedCheck) -> bool | None:
         """True when the snapshot was recorded unchanged; False, having changed nothing, when
@@ -101,59 +113,82 @@ class UnchangedSnapshots:
         time, the server dropped the pooled connection (which the pool then discards), or
         refused the statement for now. A failed statement changed nothing, and the full path,
         which the caller takes next, meets the same trouble and reports it."""
-        verdict: Verdict = asyncio.get_running_loop().create_future()
-        self._waiting.append((check, verdict))
-        if self._sending is None:
-            self._sending = asyncio.create_task(self._send_while_waiting())
-        return await verdict
-
-    async def _send_while_waiting(self) -> None:
-        batch: list[tuple[UnchangedCheck, Verdict]] = []
+        own: Verdict = asyncio.get_running_loop().create_future()
+        self._waiting.append((check, own))
+        if self._sending:
+            try:
+                told = await own
+            except asyncio.CancelledError:
+                if own.done() and not own.cancelled() and own.result() is LEAD:
+                    self._hand_over()
+                raise
+            if not isinstance(told, _Lead):
+                return told
+        self._sending = True
+        batch: Waiting = []
         try:
-            while self._waiting:
-                batch, self._waiting = _one_per_stream(self._waiting)
-                try:
-                    recorded = await self._send([check for check, _ in batch])
-                except Exception as error:
-                    # A fault of the service's own, not the database's: each request reports it.
-                    for _, verdict in batch:
-                        if not verdict.done():
-                            verdict.set_exception(error)
-                    continue
-                for row, (_, verdict) in enumerate(batch, start=1):
-                    if not verdict.done():
-                        verdict.set_result(None if recorded is None else row in recorded)
+            batch, self._waiting = _one_per_stream(self._waiting)
+            recorded = await self._send([check for check, _ in batch])
+            mine: bool | None = None
+            for row, (_, verdict) in enumerate(batch, start=1):
+                verdict_of_row = None if recorded is None else row in recorded
+                if verdict is own:
+                    mine = verdict_of_row
+                elif not verdict.done():
+                    verdict.set_result(verdict_of_row)
+            return mine
+        except Exception as error:
+            # A fault of the service's own, not the database's: each request reports it.
+            for _, verdict in batch:
+                if verdict is not own and not verdict.done():
+                    verdict.set_exception(error)
+            raise
         finally:
-            self._sending = None
-            # Snapshots still waiting when sending stopped short (the service shutting down)
-            # take the full path.
-            waiting, self._waiting = [*batch, *self._waiting], []
-            for _, verdict in waiting:
-                if not verdict.done():
+            # Cancelled (the service shutting down): the others take the full path.
+            for _, verdict in batch:
+                if verdict is not own and not verdict.done():
                     verdict.set_result(None)
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The snapshots queued while a statement was in flight, to the first of them still
+        waiting: its request sends the next statement."""
+        while self._waiting:
+            _, verdict = self._waiting[0]
+            if not verdict.done():
+                verdict.set_result(LEAD)
+                return
+            del self._waiting[0]  # its request was cancelled
+        self._sending = False
 
     async def _send(self, checks: list[UnchangedCheck]) -> set[int] | None:
         """The rows (from 1, in the order of checks) recorded unchanged; None when the
         statement could not run."""
-        rows = {name: [check[name] for check in checks] for name in _COLUMNS}
         try:
             async with self._pool.connection(timeout=UNCHANGED_CONNECTION_WAIT) as connection:
+                if len(checks) == 1:
+                    # Alone, as it goes at low load: the driver adapts arrays at a cost
+                    # that is worth it only when they carry several snapshots.
+                    cursor = await connection.execute(ADVANCE_UNCHANGED_SQL, checks[0])
+                    return {1} if await cursor.fetchone() is not None else set()
+                rows = {name: [check[name] for check in checks] for name in _COLUMNS}
                 cursor = await connection.execute(_ADVANCE_UNCHANGED_ROWS_SQL, rows)
                 return {row for (row,) in await cursor.fetchall()}
         except psycopg.OperationalError:  # PoolTimeout included
             return None
 
 
-def _one_per_stream(
-    waiting: list[tuple[UnchangedCheck, Verdict]],
-) -> tuple[list[tuple[UnchangedCheck, Verdict]], list[tuple[UnchangedCheck, Verdict]]]:
+def _one_per_stream(waiting: Waiting) -> tuple[Waiting, Waiting]:
     """The first snapshot of each stream, and the rest, in the order they came: a stream's
     later snapshot waits for the next statement, where the ordering rules see the one before it
-    recorded, as they would have one statement each."""
-    batch: list[tuple[UnchangedCheck, Verdict]] = []
-    later: list[tuple[UnchangedCheck, Verdict]] = []
+    recorded, as they would have one statement each. A snapshot whose request was cancelled is
+    left out."""
+    batch: Waiting = []
+    later: Waiting = []
     streams: set[tuple[str, str]] = set()
     for waiter in waiting:
+        if waiter[1].cancelled():
+            continue
         stream = (waiter[0]["node_name"], waiter[0]["for_stream"])
         (later if stream in streams else batch).append(waiter)
         streams.add(stream)

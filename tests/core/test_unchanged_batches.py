@@ -48,6 +48,11 @@ def at_once(api: Api, bodies: list[dict[str, Any]]) -> list[IngestResult | BaseE
     return results
 
 
+def repeats(*places: tuple[str, int]) -> list[dict[str, Any]]:
+    """The same device list from each (node, seq)."""
+    return [listandwatch(node, DEVICES, seq) for node, seq in places]
+
+
 def receipts(session_factory: sessionmaker[Session]) -> dict[tuple[str, str], tuple[int, str]]:
     """(node, stream) -> (seq, observed_at) of every stream's receipt."""
     with session_factory() as session:
@@ -120,30 +125,31 @@ def test_two_streams_of_a_node_at_once_are_both_recorded(
 
 
 def test_repeats_of_one_stream_at_once_keep_the_ordering_rules(
-    quiet_api: Api, session_factory: sessionmaker[Session]
+    quiet_api: Api, statements: StatementCounter, session_factory: sessionmaker[Session]
 ) -> None:
     api = quiet_api
-    api.ingest_listandwatch(listandwatch("node-a", DEVICES, 1))
-    api.ingest_listandwatch(listandwatch("node-a", DEVICES, 2))
-    api.ingest_listandwatch(listandwatch("node-b", DEVICES, 1))
-    # node-b's snapshot goes first and alone; the rest queue behind it. Of node-a's, each
-    # comes after the one before it as if sent one by one: an older seq is refused, the same
-    # seq again is a repeat.
+    for node in ("node-a", "node-b", "node-c"):
+        api.ingest_listandwatch(listandwatch(node, DEVICES, 1))
+        api.ingest_listandwatch(listandwatch(node, DEVICES, 2))
+    # node-b's snapshot goes first and alone; the rest queue behind it. Of one stream's, each
+    # comes after the one before it, as if sent one by one: each newer seq is recorded by the
+    # unchanged statement, none needs the full path.
+    with statements:
+        results = at_once(
+            api,
+            repeats(("node-b", 3), ("node-a", 4), ("node-a", 5), ("node-c", 4), ("node-a", 6)),
+        )
+    assert results == [IngestResult()] * 5
+    assert statements.statements == []
+    # An older seq is refused, the same seq again is a repeat.
     results = at_once(
-        api,
-        [
-            listandwatch("node-b", DEVICES, 2),
-            listandwatch("node-a", DEVICES, 6),
-            listandwatch("node-a", DEVICES, 5),
-            listandwatch("node-a", DEVICES, 7),
-            listandwatch("node-a", DEVICES, 7),
-            listandwatch("node-a", DEVICES, 8),
-        ],
+        api, repeats(("node-b", 4), ("node-a", 7), ("node-c", 7), ("node-c", 6), ("node-a", 7))
     )
-    assert results[:2] == [IngestResult()] * 2
-    assert isinstance(results[2], StaleSnapshot)
-    assert results[3:] == [IngestResult(), IngestResult(duplicate=True), IngestResult()]
-    assert receipts(session_factory)[("node-a", f"listandwatch/{GPU}")][0] == 8
+    assert results[:3] == [IngestResult()] * 3
+    assert isinstance(results[3], StaleSnapshot)
+    assert results[4] == IngestResult(duplicate=True)
+    stored = receipts(session_factory)
+    assert [stored[(node, f"listandwatch/{GPU}")][0] for node in ("node-a", "node-c")] == [7, 7]
 
 
 def test_a_snapshot_that_does_not_apply_takes_the_full_path_and_leaves_the_others_recorded(
@@ -186,3 +192,31 @@ def test_a_snapshot_that_does_not_apply_takes_the_full_path_and_leaves_the_other
     }
     # node-c's content is known again: its next snapshot is recorded by the statement.
     assert at_once(api, [listandwatch("node-c", DEVICES, 7)]) == [IngestResult()]
+
+
+def test_a_queued_snapshot_whose_request_ends_does_not_hold_up_the_others(
+    quiet_api: Api, session_factory: sessionmaker[Session]
+) -> None:
+    """The request first in the queue would send the next statement; it goes away (its client
+    hung up), and the next one sends it instead."""
+    api = quiet_api
+    nodes = ["node-a", "node-b", "node-c", "node-d"]
+    for node in nodes:
+        api.ingest_listandwatch(listandwatch(node, DEVICES, 1))
+    ingest: SnapshotIngest = api.client.app.state.ingest  # type: ignore[attr-defined]
+    snapshots = [ListAndWatchSnapshot.model_validate(listandwatch(n, DEVICES, 2)) for n in nodes]
+
+    async def one_gone() -> list[IngestResult | BaseException]:
+        applying = [
+            asyncio.create_task(ingest.apply(s, actor="agent", body_bytes=None)) for s in snapshots
+        ]
+        await asyncio.sleep(0)  # each is in the queue, or sending, now
+        applying[1].cancel()
+        return await asyncio.wait_for(asyncio.gather(*applying, return_exceptions=True), 30)
+
+    results = api.client.portal.call(one_gone)
+    assert isinstance(results[1], asyncio.CancelledError)
+    assert [results[0], *results[2:]] == [IngestResult()] * 3
+    stream = f"listandwatch/{GPU}"
+    stored = receipts(session_factory)
+    assert [stored[(node, stream)][0] for node in nodes] == [2, 1, 2, 2]
