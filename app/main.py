@@ -30,6 +30,7 @@ from app.inventory.ingest import SnapshotIngest
 from app.kube.status import WATCH_STATES, watch_states
 from app.metrics import ServiceMetrics
 from app.ui import install_ui
+from app.web.caller_first import EarlyAnswers
 from app.web.compression import CompressionMiddleware
 from app.web.errors import install_error_handlers
 from app.web.limits import (
@@ -126,7 +127,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.background_starters.append(start_webhook_senders)
     install_error_handlers(app)
     # The last added runs first: the observer sees every answer, the concurrency limit's
-    # 503s included, and the limit comes before anything else.
+    # 503s included, and the limit comes before anything else. Early answers come last, with
+    # every limit applied.
+    app.add_middleware(EarlyAnswers)
     app.add_middleware(
         BodyLimitMiddleware, limit=settings.body_limit, read_timeout=settings.body_read_timeout
     )
