@@ -1,5 +1,5 @@
 """Prometheus metrics of the service: counters kept in process, fleet gauges read from the
-database at scrape time (app/fleet_metrics.py)."""
+database (app/fleet_metrics.py, which says when)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the service's Prometheus gauges report, read from the database at scrape time.
+"""What the service's Prometheus gauges report, read from the database.
 
 The per node and resource figures come from the counters the ingest path keeps
 (device_counts), so a scrape reads a few rows per node and never aggregates over devices; every
@@ -61,7 +61,7 @@ def _node_rows_query() -> Select[Any]:
 
 _NODE_ROWS = _node_rows_query()
 # On PostgreSQL the rows are read from the driver's cursor: SQLAlchemy's result rows
-# cost as much CPU again as the driver's reading, for a row per node at every scrape.
+# cost as much CPU again as the driver's reading, for a row per node at every read.
 _NODE_ROWS_POSTGRESQL = _NODE_ROWS.compile(
     dialect=postgresql.dialect(), compile_kwargs={"render_postcompile": True}
 )
@@ -69,7 +69,7 @@ _NODE_ROWS_POSTGRESQL = _NODE_ROWS.compile(
 
 def node_rows(session: Session) -> list[NodeRow]:
     """Every node with its per-resource counters, a row per node. The counters come as one
-    text: a fleet has tens of thousands of (node, resource) rows, read at every scrape, and
+    text: a fleet has tens of thousands of (node, resource) rows, read every few seconds, and
     one text per node costs a third of the CPU to read; it is also what tells a node whose
     counters did not change since the last scrape."""
     connection = session.connection()

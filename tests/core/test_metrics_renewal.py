@@ -14,10 +14,9 @@ from sqlalchemy import Engine, event
 from app.config import Settings
 from app.main import create_app
 
-from .conftest import GPU, Api, StatementCounter, dev, listandwatch
+from .conftest import GPU, Api, StatementCounter, dev, listandwatch, wait_until
 from .test_metrics import node_devices, scrape
 
-PATIENCE = 60.0
 MakeApp = Callable[..., tuple[Api, StatementCounter]]
 
 
@@ -45,10 +44,7 @@ def healthy_gpus(api: Api, node: str) -> float:
 
 
 def wait_for_healthy_gpus(api: Api, node: str, wanted: float) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while (seen := healthy_gpus(api, node)) != wanted:
-        assert time.monotonic() < deadline, f"{node}: {seen} healthy GPUs, never {wanted}"
-        time.sleep(0.05)
+    wait_until(lambda: healthy_gpus(api, node) == wanted, what=f"{wanted} healthy GPUs on {node}")
 
 
 def test_a_scrape_between_renewals_reads_nothing_and_shows_the_last_read(
@@ -68,11 +64,11 @@ def test_the_service_renews_the_read_between_scrapes(make_app: MakeApp) -> None:
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))
     assert healthy_gpus(api, "node-a") == 1
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 2))
-    deadline = time.monotonic() + PATIENCE
     with statements:  # no scrape meanwhile: the service reads on its own
-        while not any("device_counts" in text for text in statements.statements):
-            assert time.monotonic() < deadline, "the fleet gauges were never read again"
-            time.sleep(0.05)
+        wait_until(
+            lambda: any("device_counts" in text for text in statements.statements),
+            what="the fleet gauges to be read again",
+        )
     wait_for_healthy_gpus(api, "node-a", 2)
 
 
