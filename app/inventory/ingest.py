@@ -27,9 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import anyio.to_thread
-import psycopg
 from psycopg import AsyncConnection
-from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
@@ -70,6 +68,12 @@ from app.inventory.device_lists import (
     write_device_changes,
 )
 from app.inventory.driver_sql import DriverStatement, in_utc
+from app.inventory.driver_transaction import (
+    DriverCall,
+    FullPathNeeded,
+    ReadRows,
+    apply_in_two_round_trips,
+)
 from app.inventory.events import EventLog
 from app.inventory.receipts import (
     LOCK_AND_TOUCH_NODE_SQL,
@@ -94,7 +98,7 @@ from app.inventory.schemas import (
     SnapshotPlace,
     check_snapshot_size,
 )
-from app.inventory.unchanged import UNCHANGED_CONNECTION_WAIT, UnchangedSnapshots
+from app.inventory.unchanged import UnchangedSnapshots
 
 Snapshot = ListAndWatchSnapshot | PodResourcesSnapshot
 
@@ -305,10 +309,6 @@ def _result_of(log: EventLog) -> IngestResult:
     )
 
 
-class _FullPathNeeded(Exception):
-    """The snapshot needs more than `apply_listed_devices` sends; its transaction rolls back."""
-
-
 async def apply_listed_devices(
     pool: AsyncConnectionPool[AsyncConnection[Any]],
     snapshot: ListAndWatchSnapshot,
@@ -321,38 +321,30 @@ async def apply_listed_devices(
     """`apply_snapshot` on PostgreSQL for the common changed ListAndWatch snapshot: a stream
     whose devices are all listed already (a health flip), from a node neither new nor back
     from an outage, without a registration or a derived health. Sent on a pooled connection of
-    the driver in pipeline mode, in two round trips: BEGIN, the node's lock and the stream's
-    read; then the closing writes and COMMIT. The full path sends each on its own, through
-    SQLAlchemy's async adaptation, which cost about two thirds of such a snapshot's CPU.
+    the driver in two round trips (`apply_in_two_round_trips`): BEGIN, the node's lock and the
+    stream's read; then the closing writes and COMMIT. The full path sends each on its own,
+    through SQLAlchemy's async adaptation, which cost about two thirds of such a snapshot's CPU.
 
     None, having changed nothing, for any other snapshot, or when no connection came in time
     or the server dropped it: the full path then applies it. A snapshot the ordering rules
     refuse raises, as on the full path."""
     parameters = {**stream_parameters(snapshot), "node_name": snapshot.node, "now": now}
     log = EventLog(at=now, actor=actor)
-    try:
-        async with pool.connection(timeout=UNCHANGED_CONNECTION_WAIT) as connection:
-            try:
-                # Not psycopg's transaction(): in a pipeline it waits for the server on entry
-                # and on exit, two round trips more.
-                async with connection.pipeline():
-                    await connection.execute("BEGIN")
-                    # Sent together; the read runs after the lock is taken.
-                    locking = await connection.execute(
-                        LOCK_AND_TOUCH_NODE_SQL.sql, LOCK_AND_TOUCH_NODE_SQL.values(parameters)
-                    )
-                    reading = await connection.execute(STREAM_OF_NAMED_NODE.sql, parameters)
-                    node = await locking.fetchone()
-                    rows = await reading.fetchall()
-                    statement, values = _listed_devices_close(
-                        snapshot, node, rows, content_hash, log, stale_after
-                    )
-                    await connection.execute(statement.sql, statement.values(values))
-                    await connection.execute("COMMIT")
-            finally:
-                if connection.info.transaction_status != TransactionStatus.IDLE:
-                    await connection.rollback()
-    except (_FullPathNeeded, psycopg.OperationalError):
+    reads = [
+        # The read runs after the lock is taken.
+        (LOCK_AND_TOUCH_NODE_SQL.sql, LOCK_AND_TOUCH_NODE_SQL.values(parameters)),
+        (STREAM_OF_NAMED_NODE.sql, parameters),
+    ]
+
+    def close(rows: ReadRows) -> DriverCall:
+        node_rows, stream_rows = rows
+        node = node_rows[0] if node_rows else None
+        statement, values = _listed_devices_close(
+            snapshot, node, stream_rows, content_hash, log, stale_after
+        )
+        return statement.sql, statement.values(values)
+
+    if not await apply_in_two_round_trips(pool, reads, close):
         return None
     return _result_of(log)
 
@@ -368,26 +360,26 @@ def _listed_devices_close(
     """`apply_listed_devices`' decisions, as `apply_snapshot` takes them, from the node's
     locked row and the stream's rows: the statement that closes the transaction."""
     if node is None:
-        raise _FullPathNeeded  # a new node
+        raise FullPathNeeded  # a new node
     now = log.at
     node_id, last_seen, stale_since = node
     if stale_since is not None or (
         stale_after is not None and now - in_utc(last_seen) > stale_after
     ):
-        raise _FullPathNeeded  # back from an outage: its events
+        raise FullPathNeeded  # back from an outage: its events
     stream = listandwatch_stream(snapshot.resource)
     receipt, listed = stream_of_rows(rows)
     if receipt is None:
-        raise _FullPathNeeded
+        raise FullPathNeeded
     if check_order(receipt, snapshot.source, content_hash, stream) is Order.REPEAT:
-        raise _FullPathNeeded  # answered as a repeat there, with the node's events
+        raise FullPathNeeded  # answered as a repeat there, with the node's events
     device_changes: DeviceChanges = []
     if receipt.content_hash != content_hash:
         device_changes, new_devices = listed_device_changes(
             node_id, snapshot, now, log, listed, gone=set()
         )
         if new_devices:
-            raise _FullPathNeeded  # inserted, then their events
+            raise FullPathNeeded  # inserted, then their events
     record = ReceiptRecord(
         node_id, stream, snapshot.source, content_hash, snapshot.observed_at, now
     )
