@@ -21,7 +21,7 @@ from sqlalchemy import JSON, BigInteger, BindParameter, Row, Table, bindparam, i
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from app.inventory.driver_sql import DriverStatement
+from app.inventory.driver_sql import DriverStatement, JsonbParameter
 
 _DIALECT = postgresql.dialect()
 
@@ -53,7 +53,7 @@ class BulkInsert:
         # column's type.
         self._binds = (
             *(bindparam(name, type_=table.c[name].type) for name in shared),
-            bindparam(self._rows, type_=postgresql.JSONB),
+            bindparam(self._rows, type_=JsonbParameter()),
         )
         self._from_json = text(around.format(insert=self._json_insert)).bindparams(*self._binds)
 
@@ -184,7 +184,7 @@ class BulkUpdate:
             f"WHERE {table.name}.id = ANY(:{self._ids})"
         )
         self._binds = (
-            bindparam(self._rows, type_=postgresql.JSONB),
+            bindparam(self._rows, type_=JsonbParameter()),
             bindparam(self._ids, type_=postgresql.ARRAY(BigInteger)),
         )
         self._from_json = text(self._update).bindparams(*self._binds)
