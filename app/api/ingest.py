@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, NamedTuple
 
 from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, Field, ValidationError
@@ -15,6 +16,7 @@ from app.clock import utcnow
 from app.db import write_session
 from app.inventory.errors import DomainError
 from app.inventory.ingest import IngestResult
+from app.inventory.receipts import PODRESOURCES_STREAM, listandwatch_stream
 from app.inventory.schemas import (
     ListAndWatchPlace,
     ListAndWatchSnapshot,
@@ -28,32 +30,52 @@ from app.web.principal import Ingester, current_principal
 from app.web.sessions import SessionFactory
 from app.web.state import service_state
 
-# The snapshot routes by the last segment of their path, with the place each one's body has.
-PLACES: dict[str, type[SnapshotPlace]] = {
-    "listandwatch": ListAndWatchPlace,
-    "podresources": SnapshotPlace,
+
+class SnapshotForm(NamedTuple):
+    """What a snapshot route's body is: its place in its stream, the stream it names (None
+    when the body names none), and the whole snapshot."""
+
+    place: type[SnapshotPlace]
+    stream: Callable[[dict[str, Any]], str | None]
+    snapshot: type[ListAndWatchSnapshot | PodResourcesSnapshot]
+
+
+def _listandwatch_stream(body: dict[str, Any]) -> str | None:
+    resource = body.get("resource")
+    return listandwatch_stream(resource) if isinstance(resource, str) else None
+
+
+# The snapshot routes by the last segment of their path.
+FORMS: dict[str, SnapshotForm] = {
+    "listandwatch": SnapshotForm(ListAndWatchPlace, _listandwatch_stream, ListAndWatchSnapshot),
+    "podresources": SnapshotForm(
+        SnapshotPlace, lambda body: PODRESOURCES_STREAM, PodResourcesSnapshot
+    ),
 }
 # Where a route leaves its body's repeat_digest for the route's own code.
 REPEAT_DIGEST = "repeat_digest"
 
 
 class SnapshotRoute(CallerFirstRoute):
-    """An agent sends the same content every few seconds with a new place in its stream. Such
-    a snapshot, the body but for its place the one this process last stored for the stream, is
-    recorded unchanged before FastAPI validates the whole body into a model: the validation and
-    the content hash are what they were. Anything else, and anything in doubt, takes the route,
-    which answers exactly as for any snapshot."""
+    """A valid snapshot is answered before FastAPI handles the request, which would parse the
+    body again and validate it through its own layers. An agent sends the same content every
+    few seconds with a new place in its stream: such a snapshot, the body but for its place
+    the one this process last stored for the stream, is recorded unchanged without validating
+    the whole body: the validation and the content hash are what they were. Any other body is
+    validated once into the route's model and applied as the route applies it. A body that
+    does not validate, and anything in doubt, takes the route, which answers as it always
+    has."""
 
     def shortcut(self) -> Shortcut | None:
         kind = self.path.rsplit("/", 1)[-1]
-        place = PLACES.get(kind)
-        if place is None:
+        form = FORMS.get(kind)
+        if form is None:
             return None
 
-        async def record_repeat(request: Request) -> Response | None:
-            return await _record_repeat(request, kind, place)
+        async def answer_early(request: Request) -> Response | None:
+            return await _answer_early(request, kind, form)
 
-        return record_repeat
+        return answer_early
 
 
 router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"], route_class=SnapshotRoute)
@@ -149,10 +171,8 @@ PODRESOURCES_EXAMPLE = {
 }
 
 
-async def _record_repeat(
-    request: Request, kind: str, place_of: type[SnapshotPlace]
-) -> Response | None:
-    """The shortcut of `SnapshotRoute`: the answer to a repeat recorded unchanged, or None."""
+async def _answer_early(request: Request, kind: str, form: SnapshotForm) -> Response | None:
+    """The shortcut of `SnapshotRoute`: the route's answer to a valid snapshot, or None."""
     # A query parameter is for the route to refuse; another media type is for it to name.
     if request.scope["query_string"] or request.headers.get("content-type") != "application/json":
         return None
@@ -162,6 +182,31 @@ async def _record_repeat(
         return None  # the route parses the body again and answers as it always does
     if not isinstance(body, dict):
         return None
+    state = service_state(request.app)
+    # A stream this process has not stored (a new node's) has no repeat to know: the digest,
+    # the place and the caller's node are not worth checking. Its next snapshot is not known
+    # as a repeat either, but stores its digest, for the one after.
+    node, stream = body.get("node"), form.stream(body)
+    if (
+        isinstance(node, str)
+        and stream is not None
+        and state.ingest.recent.has_stored(node, stream)
+    ):
+        answer = await _record_repeat(request, kind, form.place, body)
+        if answer is not None:
+            return answer
+    try:
+        snapshot = form.snapshot.model_validate(body)
+    except ValidationError:
+        return None  # the route answers with FastAPI's account of what is wrong
+    principal = await current_principal(request)
+    return await _ingest(request, principal, snapshot, kind)
+
+
+async def _record_repeat(
+    request: Request, kind: str, place_of: type[SnapshotPlace], body: dict[str, Any]
+) -> Response | None:
+    """The answer to a repeat recorded unchanged, or None."""
     digest = repeat_digest(body)
     if digest is None:
         return None

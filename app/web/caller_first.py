@@ -12,23 +12,27 @@ A route that reads its body itself (the dashboard's forms) needs none of this: i
 run before its code does.
 
 A route may also have a shortcut: what answers its most common requests once the caller is
-checked, without FastAPI's validation of the body into the route's parameters (the ingest routes'
-unchanged snapshots). `EarlyAnswers` offers such a request to the shortcut before FastAPI's
-exception handling, routing and route handling, which cost a visible share of an unchanged
-snapshot's CPU: it sits innermost among the middleware, so the request observer, the
-concurrency limit, compression and the body limit see the request as they see any other.
-Anything else, and anything in doubt (a check that does not pass, the shortcut declining), goes
-on to the app, which answers as it would have.
+checked, without FastAPI's handling of the body into the route's parameters (the ingest routes'
+valid snapshots). `EarlyAnswers` offers such a request to the shortcut before FastAPI's
+exception handling, routing and route handling, which cost a visible share of a snapshot's
+CPU: it sits innermost among the middleware, so the request observer, the concurrency limit,
+compression and the body limit see the request as they see any other. An exception the
+shortcut raises is answered by the app's exception handlers, as the route's would be. Anything
+else, and anything in doubt (a check that does not pass, the shortcut declining), goes on to
+the app, which answers as it would have.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from fastapi import Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -119,7 +123,16 @@ class EarlyAnswers:
         except ClientDisconnect:
             await self.app(scope, receive, send)  # which meets the disconnect as it would have
             return
-        answer = await shortcut(request)
+        try:
+            answer = await shortcut(request)
+        except Exception as error:
+            handler = _exception_handler(scope["app"], error)
+            if handler is None:
+                raise  # to the server's error handler, as from the route
+            if inspect.iscoroutinefunction(handler):
+                answer = await handler(request, error)
+            else:
+                answer = await run_in_threadpool(handler, request, error)
         if answer is None:
             await self.app(scope, _replay(body, receive), send)
             return
@@ -141,6 +154,21 @@ def _early_answers(routes: Sequence[BaseRoute]) -> dict[tuple[str, str], EarlyAn
                     (method, path), (route, marked_checks(route.dependant), shortcut)
                 )
     return answers
+
+
+def _exception_handler(app: Any, error: Exception) -> Callable[..., Any] | None:
+    """The handler the app's exception handling inside the middleware gives `error`: by its
+    status for an HTTP error, else by its nearest class. The server's error handler (500,
+    Exception) is outside the middleware, and meets what this leaves as it meets the route's."""
+    handlers: dict[Any, Callable[..., Any]] = app.exception_handlers
+    if isinstance(error, HTTPException) and error.status_code != 500:
+        handler = handlers.get(error.status_code)
+        if handler is not None:
+            return handler
+    for kind in type(error).__mro__:
+        if kind is not Exception and kind in handlers:
+            return handlers[kind]
+    return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
