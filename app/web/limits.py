@@ -214,8 +214,8 @@ class ConcurrencyLimitMiddleware:
     """At most `limit` requests in this process at once; one more is answered 503 with
     Retry-After at once, not queued, so an overloaded service sheds work instead of piling it up.
 
-    A request holds its place until its answer is sent. An event stream gives its place back as
-    soon as it starts: it may stay open for hours and costs little while it waits.
+    A request holds its place until its answer is sent in full. An event stream gives its place
+    back as soon as it starts: it may stay open for hours and costs little while it waits.
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -253,6 +253,10 @@ class ConcurrencyLimitMiddleware:
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and _is_event_stream(message):
+                give_back()
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                # Before the answer's end leaves: a caller who has the answer and asks again
+                # must find its place free, not depend on when this coroutine resumes.
                 give_back()
             await send(message)
 

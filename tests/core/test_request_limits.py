@@ -251,6 +251,18 @@ def test_requests_beyond_the_limit_get_503_while_probes_answer(
         )
 
 
+def test_a_caller_who_has_its_answer_finds_its_place_free(
+    serve: Callable[..., str], make_token: Callable[..., str]
+) -> None:
+    """One place, one caller asking again as soon as each answer arrives: never turned away,
+    however late the server gets round to finishing the request it answered."""
+    url = serve(max_concurrent_requests=1)
+    reader = {"Authorization": f"Bearer {make_token('read')}"}
+    with httpx.Client(base_url=url, timeout=PATIENCE) as http:
+        answers = [http.get("/api/v1/nodes", headers=reader).status_code for _ in range(50)]
+    assert answers == [200] * 50
+
+
 def test_an_open_event_stream_does_not_hold_a_place(
     serve: Callable[..., str], make_token: Callable[..., str]
 ) -> None:
