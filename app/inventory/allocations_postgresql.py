@@ -102,9 +102,11 @@ NEW_DEVICES = "new_devices"
 _JSON = postgresql.JSONB
 _NEW_DEVICE_ROWS = bindparam("new_device_rows", type_=_JSON)
 _INSERT_NEW_DEVICES = (
-    "INSERT INTO devices (node_id, health, health_source, state, first_seen, last_seen,"
-    " resource, device_id, numa_nodes)"
-    f" SELECT :holder_node, '{UNKNOWN}', 'unknown', '{PRESENT}', :changed_at, :changed_at,"
+    "INSERT INTO devices (node_id, node_name, health, health_source, state, first_seen,"
+    " last_seen, resource, device_id, numa_nodes)"
+    # The name read once for all rows, so the row's trigger need not (migration 0014).
+    " SELECT :holder_node, (SELECT name FROM nodes WHERE id = :holder_node),"
+    f" '{UNKNOWN}', 'unknown', '{PRESENT}', :changed_at, :changed_at,"
     " r.resource, r.device_id, r.numa_nodes"
     " FROM jsonb_to_recordset(:new_device_rows)"
     " AS r(resource varchar, device_id varchar, numa_nodes json)"

@@ -116,6 +116,8 @@ _INSERT_DEVICES = BulkInsertReturning(
     _devices,
     shared=(
         "node_id",
+        # Written here, so the row's trigger need not look it up (migration 0014).
+        "node_name",
         "resource",
         "health_source",
         "state",
@@ -254,6 +256,7 @@ def listed_device_changes(
             new_devices.append(
                 {
                     "node_id": node_id,
+                    "node_name": snapshot.node,
                     "resource": snapshot.resource,
                     "health_source": snapshot.health_source,
                     "state": PRESENT,

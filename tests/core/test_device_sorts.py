@@ -156,3 +156,42 @@ def test_counts_read_from_the_counters_match_the_devices(
                         expected = len(_one_sort(session, filters, clock, "id"))
                         assert (page.count, page.count_exact) == (expected, True), filters
                         assert len(page.items) == expected
+
+
+def test_devices_of_every_path_carry_their_nodes_name(
+    api: Api, session_factory: sessionmaker[Session]
+) -> None:
+    """The node-name sort and prefix filter find a device whichever path inserted it: a
+    ListAndWatch snapshot, a PodResources snapshot holding a device no list has shown yet,
+    or another writer that leaves the name to the database."""
+    api.ingest_listandwatch(listandwatch("node-b", [dev("b0"), dev("b1")], 1))
+    api.ingest_podresources(
+        podresources("node-c", [pod("job", containers={"m": [held(GPU, "c0")]})], 1)
+    )
+    api.ingest_listandwatch(listandwatch("node-a", [dev("a0")], 1, resource=NIC))
+    with session_factory.begin() as session:
+        node_a = session.scalars(select(Node).where(Node.name == "node-a")).one()
+        first = session.scalars(select(Device).where(Device.device_id == "a0")).one()
+        session.add(
+            Device(
+                node_id=node_a.id,
+                resource=NIC,
+                device_id="a1",
+                health="Healthy",
+                numa_nodes=[],
+                health_source=first.health_source,
+                state=first.state,
+                first_seen=first.first_seen,
+                last_seen=first.last_seen,
+            )
+        )
+    by_node = api.all_pages("/api/v1/devices", sort="node", limit=2)
+    assert [(d["node"], d["device_id"]) for d in by_node] == [
+        ("node-a", "a0"),
+        ("node-a", "a1"),
+        ("node-b", "b0"),
+        ("node-b", "b1"),
+        ("node-c", "c0"),
+    ]
+    assert ids(api.devices(node_prefix="node-c")) == ["c0"]
+    assert sorted(ids(api.devices(node_prefix="node-a"))) == ["a0", "a1"]
