@@ -82,6 +82,21 @@ class PodsListed(NamedTuple):
     referenced: set[tuple[str, str]]
     resources: set[str]
 
+    def changes(
+        self, node_id: int, holdings: NodeHoldings, now: datetime, *, max_node_devices: int | None
+    ) -> AllocationChanges:
+        """`allocation_changes` of what is listed, against the node's `holdings`."""
+        return allocation_changes(
+            node_id,
+            self.referenced,
+            self.numa_hints,
+            holdings,
+            self.wanted,
+            self.uids,
+            now,
+            max_node_devices=max_node_devices,
+        )
+
 
 def pods_listed(snapshot: PodResourcesSnapshot) -> PodsListed:
     wanted, numa_hints, uids = wanted_allocations(snapshot)

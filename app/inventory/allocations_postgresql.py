@@ -16,7 +16,9 @@ devices a snapshot creates are found there, by the allocations it starts and by 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import bindparam
 from sqlalchemy.dialects import postgresql
@@ -26,32 +28,42 @@ from app.inventory.allocations import (
     AllocationChanges,
     CurrentAllocation,
     NodeHoldings,
+    PodsListed,
     allocatable_rows,
     holdings_of,
+    log_allocation_changes,
 )
 from app.inventory.bulk import Write
+from app.inventory.events import EventLog
 from app.inventory.fields import PRESENT, UNKNOWN
 from app.inventory.receipts import StreamReceipt, listandwatch_stream
 
 # The stream's receipt, and, only when the snapshot's content is not the one it last applied,
 # the holdings the snapshot replaces: each part by its node index, as the statement-at-a-time
 # reads do (see allocations.py on the join that was tried). The rows come back as JSON arrays
-# in one row: for a node's hundred-odd rows that costs less than a result row each.
-_READ_RECEIPT_AND_HOLDINGS = (
+# in one row: for a node's hundred-odd rows that costs less than a result row each. `{node}`
+# is the node's id, or the SQL that finds it.
+_RECEIPT_AND_HOLDINGS = (
     "SELECT r.id, r.boot_id, r.seq, r.payload_hash, r.content_hash,"
     " h.devices, h.allocations, h.claims_open"
     " FROM (SELECT) AS one"
-    " LEFT JOIN ingest_receipts r ON r.node_id = %(node_id)s AND r.stream = %(stream)s"
+    " LEFT JOIN ingest_receipts r ON r.node_id = {node} AND r.stream = %(stream)s"
     " LEFT JOIN LATERAL (SELECT"
     " (SELECT json_agg(json_build_array(d.id, d.resource, d.device_id, d.health, d.state))"
-    "  FROM devices d WHERE d.node_id = %(node_id)s"
+    "  FROM devices d WHERE d.node_id = {node}"
     f"  AND (d.resource = ANY(%(resources)s) OR d.state = '{PRESENT}')) AS devices,"
     " (SELECT json_agg(json_build_array(a.id, a.namespace, a.pod, a.pod_uid, a.container,"
     "   a.resource, a.device_id, a.device_pk, a.started))"
-    "  FROM allocations a WHERE a.node_id = %(node_id)s AND a.ended IS NULL) AS allocations,"
-    " EXISTS (SELECT FROM claim_allocations c WHERE c.node_id = %(node_id)s AND c.ended IS NULL)"
+    "  FROM allocations a WHERE a.node_id = {node} AND a.ended IS NULL) AS allocations,"
+    " EXISTS (SELECT FROM claim_allocations c WHERE c.node_id = {node} AND c.ended IS NULL)"
     " AS claims_open"
     " WHERE r.content_hash IS DISTINCT FROM %(content_hash)s) AS h ON true"
+)
+_READ_RECEIPT_AND_HOLDINGS = _RECEIPT_AND_HOLDINGS.format(node="%(node_id)s")
+# The same for the node of a name, for a transaction that locks the node's row, or inserts
+# it, in the statement before: it reads under that lock, and finds the row it inserted.
+READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE = _RECEIPT_AND_HOLDINGS.format(
+    node="(SELECT n.id FROM nodes n WHERE n.name = %(node_name)s)"
 )
 
 
@@ -62,11 +74,23 @@ def read_receipt_and_holdings(
     content is unchanged, the node's holdings and whether it holds DRA claims now."""
     parameters = {
         "node_id": node_id,
-        "stream": stream,
-        "content_hash": content_hash,
-        "resources": sorted(resources),
+        **receipt_and_holdings_parameters(stream, content_hash, resources),
     }
     row = session.connection().exec_driver_sql(_READ_RECEIPT_AND_HOLDINGS, parameters).one()
+    return receipt_and_holdings_of(row, resources)
+
+
+def receipt_and_holdings_parameters(
+    stream: str, content_hash: str, resources: set[str]
+) -> dict[str, Any]:
+    """The read's parameters but for the node."""
+    return {"stream": stream, "content_hash": content_hash, "resources": sorted(resources)}
+
+
+def receipt_and_holdings_of(
+    row: Sequence[Any], resources: set[str]
+) -> tuple[StreamReceipt | None, NodeHoldings | None]:
+    """`read_receipt_and_holdings`' answer, from the read's row."""
     receipt = None if row[0] is None else StreamReceipt(*row[:5])
     devices, allocations, claims_open = row[5:]
     if claims_open is None:
@@ -156,6 +180,28 @@ _WRITE_SETS = (
     " WHERE node_resources.allocatable_device_ids::jsonb"
     " <> excluded.allocatable_device_ids::jsonb"
 )
+
+
+def writes_replacing_holdings(
+    node_id: int,
+    node_name: str,
+    listed: PodsListed,
+    holdings: NodeHoldings,
+    now: datetime,
+    log: EventLog,
+    *,
+    max_node_devices: int | None,
+) -> list[Write]:
+    """What is `listed` replaces the node's `holdings`: the changes' events, logged, and their
+    writes (`changes_writes`), returned."""
+    changes = listed.changes(node_id, holdings, now, max_node_devices=max_node_devices)
+    log_allocation_changes(changes, node_name, holdings.devices, log)
+    return changes_writes(node_id, changes, listed.allocatable, now)
+
+
+def new_devices_part(writes: Sequence[Write]) -> str | None:
+    """The name of the part of `writes` that inserts devices, if one does."""
+    return NEW_DEVICES if any(write.name == NEW_DEVICES for write in writes) else None
 
 
 def changes_writes(

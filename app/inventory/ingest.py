@@ -13,7 +13,8 @@ trying, and otherwise (or when that check does not apply) applies the snapshot i
 event loop where the database and the body's size allow, else in a worker thread. A changed
 device list of a stream the hint knows, the common health flip, is applied in the event loop on
 the driver's own connection in two round trips (`apply_listed_devices`) when it needs nothing
-more. Before all
+more; so is a changed PodResources snapshot without DRA claims, a new node's first one too
+(`apply_pod_resources`, app/inventory/podresources_driver.py). Before all
 that, the route may offer a body that repeats, but for its place in the stream, the one last
 stored for the stream (`record_repeat`): only the statement runs for it.
 """
@@ -38,7 +39,6 @@ from app.inventory.alerts import outbox_of
 from app.inventory.allocations import (
     NodeHoldings,
     PodsListed,
-    allocation_changes,
     log_allocation_changes,
     on_postgresql,
     pods_listed,
@@ -47,9 +47,9 @@ from app.inventory.allocations import (
     write_allocation_changes,
 )
 from app.inventory.allocations_postgresql import (
-    NEW_DEVICES,
-    changes_writes,
+    new_devices_part,
     read_receipt_and_holdings,
+    writes_replacing_holdings,
 )
 from app.inventory.bulk import Write, together
 from app.inventory.claims import replace_claim_allocations
@@ -75,6 +75,7 @@ from app.inventory.driver_transaction import (
     apply_in_two_round_trips,
 )
 from app.inventory.events import EventLog
+from app.inventory.podresources_driver import apply_pod_resources
 from app.inventory.receipts import (
     LOCK_AND_TOUCH_NODE_SQL,
     PODRESOURCES_STREAM,
@@ -165,31 +166,18 @@ def _replace_allocations(
     """On PostgreSQL, where the holdings were read with the receipt, the changes are written
     by the statement that closes the snapshot: its parts, returned. On SQLite the holdings are
     read and the changes written here, and none is returned."""
-    if listed is None or holdings is None:
+    writes: list[Write] = []
+    if listed is not None and holdings is not None:
+        writes = writes_replacing_holdings(
+            node_id, snapshot.node, listed, holdings, now, log, max_node_devices=max_node_devices
+        )
+    else:
         listed = pods_listed(snapshot)
         holdings = read_holdings(session, node_id, listed.resources)
-        at_once = False
-    else:
-        at_once = True
-    allocatable = listed.allocatable
-    changes = allocation_changes(
-        node_id,
-        listed.referenced,
-        listed.numa_hints,
-        holdings,
-        listed.wanted,
-        listed.uids,
-        now,
-        max_node_devices=max_node_devices,
-    )
-    writes: list[Write] = []
-    if at_once:
-        writes = changes_writes(node_id, changes, allocatable, now)
-        log_allocation_changes(changes, snapshot.node, holdings.devices, log)
-    else:
+        changes = listed.changes(node_id, holdings, now, max_node_devices=max_node_devices)
         created = write_allocation_changes(session, node_id, changes, now)
-        if allocatable is not None:
-            replace_allocatable(session, node_id, allocatable, now)
+        if listed.allocatable is not None:
+            replace_allocatable(session, node_id, listed.allocatable, now)
         log_allocation_changes(changes, snapshot.node, {**holdings.devices, **created}, log)
     replace_claim_allocations(
         session, node_id, snapshot, now, log, claims_open=holdings.claims_open
@@ -272,8 +260,7 @@ def apply_snapshot(
         # The closing writes read none of each other's rows but the devices a PodResources
         # snapshot creates: one statement, one round trip.
         writes = _closing_writes(device_changes, allocation_writes, receipt, record)
-        creates = any(write.name == NEW_DEVICES for write in allocation_writes)
-        log.write_with(session, writes, new_devices=NEW_DEVICES if creates else None)
+        log.write_with(session, writes, new_devices=new_devices_part(allocation_writes))
     else:
         write_device_changes(session, device_changes)
         record_receipt(session, receipt, record)
@@ -529,6 +516,22 @@ class SnapshotIngest:
                 now=utcnow(),
                 stale_after=self.stale_after,
             )
+        elif (
+            isinstance(snapshot, PodResourcesSnapshot)
+            and database is not None
+            and not try_unchanged_first
+            and self._fits_the_event_loop(database, body_bytes)
+        ):
+            log = await apply_pod_resources(
+                database.statements,
+                snapshot,
+                content_hash=content_hash,
+                actor=actor,
+                now=utcnow(),
+                max_node_devices=self.max_node_devices,
+                stale_after=self.stale_after,
+            )
+            applied = None if log is None else _result_of(log)
         if applied is None:
             apply = functools.partial(
                 apply_snapshot,
@@ -558,10 +561,18 @@ class SnapshotIngest:
         to fill."""
         return (
             self.recent.has_stored(snapshot.node, stream)
-            and body_bytes is not None
-            and body_bytes <= EVENT_LOOP_MAX_BODY
             and snapshot.plugin is None
             and snapshot.health_source != DERIVED
+            and self._fits_the_event_loop(database, body_bytes)
+        )
+
+    @staticmethod
+    def _fits_the_event_loop(database: EventLoopDatabase, body_bytes: int | None) -> bool:
+        """Whether a snapshot may be applied in the event loop on the driver's connection: a
+        body small enough, and no notification outbox to fill (the session path fills it)."""
+        return (
+            body_bytes is not None
+            and body_bytes <= EVENT_LOOP_MAX_BODY
             and outbox_of(database.sessions.kw.get("info", {})) is None
         )
 

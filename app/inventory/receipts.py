@@ -128,7 +128,7 @@ _inserted = (
     .returning(_nodes.c.id)
     .cte("inserted")
 )
-_LOCK_TOUCH_OR_INSERT_NODE = DriverStatement(
+LOCK_TOUCH_OR_INSERT_NODE_SQL = DriverStatement(
     union_all(
         select(_touched.c.id, _touched.c.last_seen, _touched.c.stale_since, false().label("new")),
         select(_inserted.c.id, null(), null(), true()),
@@ -160,7 +160,9 @@ def lock_node_seen(
     # New: seen now, and never stale.
     if postgresql:
         # id, last_seen, stale_since, inserted
-        row = cast(Sequence[Any] | None, _LOCK_TOUCH_OR_INSERT_NODE.execute(session, names).first())
+        row = cast(
+            Sequence[Any] | None, LOCK_TOUCH_OR_INSERT_NODE_SQL.execute(session, names).first()
+        )
         if row is not None and row[3]:
             log.add("node_added", node=name)
             return LockedNode(int(row[0]), new=True)

@@ -81,6 +81,20 @@ def pod(
     }
 
 
+def holding_a_claim(name: str, node: str, claim: str = "claim") -> Json:
+    """A pod whose container holds a DRA claim on `node`: a PodResources snapshot listing it,
+    or from a node holding claims, is applied on the session path on PostgreSQL too."""
+    resources = [{"driver_name": "gpu.example.com", "pool_name": node, "device_name": "dra-0"}]
+    container = {
+        "name": "main",
+        "devices": [],
+        "dynamic_resources": [
+            {"claim_name": claim, "claim_namespace": "ml", "claim_resources": resources}
+        ],
+    }
+    return {**pod(name), "containers": [container]}
+
+
 def podresources(node: str, pods: list[Json], seq: int, *, boot: str = BOOT, **extra: Any) -> Json:
     """A PodResources snapshot body."""
     return {

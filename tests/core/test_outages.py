@@ -16,26 +16,48 @@ from app.config import Settings
 from app.db import create_db_engine
 from app.main import create_app
 
-from .conftest import Api, dev, listandwatch, live_server
+from .conftest import (
+    GPU,
+    Api,
+    Json,
+    dev,
+    held,
+    listandwatch,
+    live_server,
+    pod,
+    podresources,
+)
 
 LAW = "/api/v1/ingest/listandwatch"
+PODRES = "/api/v1/ingest/podresources"
 STALE_AFTER = 1.0
 
 
+def first_and_back(stream: str, same_content: bool) -> tuple[str, Json, Json]:
+    """Where a stream's snapshots go, its first snapshot, and the one after the outage."""
+    if stream == "listandwatch":
+        devices = [dev("gpu-0")] if same_content else [dev("gpu-0", "Unhealthy")]
+        return LAW, listandwatch("node-a", [dev("gpu-0")], 1), listandwatch("node-a", devices, 2)
+    holding = [pod("a", containers={"main": [held(GPU, "gpu-0")]})]
+    back = holding if same_content else [pod("b", containers={"main": [held(GPU, "gpu-0")]})]
+    return PODRES, podresources("node-a", holding, 1), podresources("node-a", back, 2)
+
+
+@pytest.mark.parametrize("stream", ["listandwatch", "podresources"])
 @pytest.mark.parametrize("same_content", [True, False], ids=["unchanged", "changed"])
 def test_an_outage_no_sweep_saw_is_recorded_by_the_next_snapshot(
-    settings: Settings, auth: dict[str, str], same_content: bool
+    settings: Settings, auth: dict[str, str], same_content: bool, stream: str
 ) -> None:
     app = create_app(settings.model_copy(update={"stale_after": STALE_AFTER}))
     # No stale sweep runs in this app: only the next snapshot can notice the outage.
     app.state.background_starters.clear()
+    path, first, after_the_outage = first_and_back(stream, same_content)
     with live_server(app) as url, httpx.Client(base_url=url, headers=auth, timeout=60) as http:
-        assert http.post(LAW, json=listandwatch("node-a", [dev("gpu-0")], 1)).is_success
+        assert http.post(path, json=first).is_success
         [node] = http.get("/api/v1/nodes").json()["results"]
         last_seen = datetime.fromisoformat(node["last_seen"])
         time.sleep(STALE_AFTER * 2)
-        devices = [dev("gpu-0")] if same_content else [dev("gpu-0", "Unhealthy")]
-        back = http.post(LAW, json=listandwatch("node-a", devices, 2))
+        back = http.post(path, json=after_the_outage)
         assert back.status_code == 200, back.text
         [node] = http.get("/api/v1/nodes").json()["results"]
         events = http.get("/api/v1/events", params={"node": "node-a"}).json()["results"]

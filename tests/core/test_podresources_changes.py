@@ -17,6 +17,7 @@ from .conftest import (
     StatementCounter,
     dev,
     held,
+    holding_a_claim,
     listandwatch,
     pod,
     podresources,
@@ -145,13 +146,16 @@ def test_a_snapshot_reads_and_writes_allocations_in_one_statement_each_on_postgr
     quiet_api: Api, statements: StatementCounter
 ) -> None:
     """However much a snapshot changes, the device-plugin side of it is one read and one
-    write on PostgreSQL, and that write is also the receipt's and the events'."""
+    write on PostgreSQL's session path, and that write is also the receipt's and the events'.
+    The node holds a DRA claim, which that path reads (without one, the snapshot goes on the
+    driver's connection: test_podresources_driver)."""
     api = quiet_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1"), dev("gpu-2")], 1))
-    api.ingest_podresources(podresources("node-a", FIRST, 1))
+    claims = holding_a_claim("claims", "node-a")
+    api.ingest_podresources(podresources("node-a", [*FIRST, claims], 1))
     with statements:
         result = api.ingest_podresources(
-            podresources("node-a", SECOND, 2, **allocatable(["gpu-0"], ["nic-1"]))
+            podresources("node-a", [*SECOND, claims], 2, **allocatable(["gpu-0"], ["nic-1"]))
         )
     assert (result["added"], result["released"], result["allocated"]) == (3, 2, 4)
     touching = [
@@ -160,10 +164,12 @@ def test_a_snapshot_reads_and_writes_allocations_in_one_statement_each_on_postgr
         if any(table in s for table in ("allocations", "node_resources", "INTO devices"))
     ]
     if statements.engine.dialect.name == "postgresql":
-        # The node's lock comes first; the stream's receipt is read with the holdings.
-        assert statements.count == 3, statements.statements
-        assert touching == statements.statements[-2:], statements.statements
+        # The node's lock comes first; the stream's receipt is read with the holdings; then
+        # the claims, which have not changed.
+        assert statements.count == 4, statements.statements
+        assert touching == statements.statements[-3:], statements.statements
         assert "ingest_receipts" in touching[0], touching[0]
+        assert "FROM claim_allocations" in touching[1], touching[1]
         closing = touching[-1]
         for write in (
             "INSERT INTO devices",
@@ -175,5 +181,6 @@ def test_a_snapshot_reads_and_writes_allocations_in_one_statement_each_on_postgr
         ):
             assert write in closing, closing
     else:
-        # SQLite reads devices and allocations apart and writes each kind of change apart.
-        assert len(touching) == 8, touching
+        # SQLite reads devices, allocations and claims apart and writes each kind of change
+        # apart.
+        assert len(touching) == 9, touching

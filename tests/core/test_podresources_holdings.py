@@ -12,6 +12,7 @@ from .conftest import (
     StatementCounter,
     dev,
     held,
+    holding_a_claim,
     listandwatch,
     pod,
     podresources,
@@ -99,7 +100,9 @@ def test_a_new_nodes_snapshot_sends_no_statement_per_pod_or_device(
     quiet_api: Api, statements: StatementCounter
 ) -> None:
     """Devices first named by the snapshot, allocations, allocatable sets and events go in a
-    fixed number of statements however many pods and devices a new node's snapshot names."""
+    fixed number of statements however many pods and devices a new node's snapshot names. A
+    pod holds a DRA claim, so that PostgreSQL too takes the session path, whose statements
+    are counted here (without one, the driver's two round trips: test_podresources_driver)."""
     api = quiet_api
     sent: dict[int, list[str]] = {}
     for size in (2, 24):
@@ -107,7 +110,8 @@ def test_a_new_nodes_snapshot_sends_no_statement_per_pod_or_device(
         api.ingest_listandwatch(
             listandwatch(node, [dev(f"n{i}") for i in range(size)], 1, resource=NIC)
         )
-        pods = [pod(f"job-{i}", containers={"main": [held(GPU, f"g{i}")]}) for i in range(size)]
+        pods = [holding_a_claim("claims", node)]
+        pods += [pod(f"job-{i}", containers={"main": [held(GPU, f"g{i}")]}) for i in range(size)]
         body = podresources(
             node,
             pods,
@@ -121,6 +125,6 @@ def test_a_new_nodes_snapshot_sends_no_statement_per_pod_or_device(
         )
         with statements:
             result = api.ingest_podresources(body)
-        assert (result["added"], result["allocated"]) == (2 * size, size)
+        assert (result["added"], result["allocated"]) == (2 * size, size + 1)
         sent[size] = [s.split()[0].upper() for s in statements.statements]
-    assert len(sent[24]) == len(sent[2]), sent
+    assert len(sent[24]) == len(sent[2]) > 0, sent

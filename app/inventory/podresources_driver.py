@@ -1,0 +1,145 @@
+"""A changed PodResources snapshot's whole transaction on a pooled connection of the driver, in
+two round trips (`apply_in_two_round_trips`, app/inventory/driver_transaction.py): BEGIN, the
+node's lock (or, for a node not known yet, the insert of its row) and the read of the stream's
+receipt and the node's holdings; then the one statement that writes the allocation changes,
+the allocatable sets, the devices first named here, the receipt and the events, and COMMIT.
+
+The session path (`apply_snapshot`, app/inventory/ingest.py) sends the same statements one at a
+time through SQLAlchemy's async adaptation, whose CPU per statement was a large part of a new
+node's first snapshot. The decisions are the same, taken by the same domain functions. A
+snapshot that needs more than that statement can carry goes there instead, before anything is
+written: DRA claims (listed, or open on the node), a node back from an outage, a repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from app.inventory.allocations import PodsListed, pods_listed
+from app.inventory.allocations_postgresql import (
+    READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE,
+    new_devices_part,
+    receipt_and_holdings_of,
+    receipt_and_holdings_parameters,
+    writes_replacing_holdings,
+)
+from app.inventory.bulk import Write, together
+from app.inventory.driver_sql import DriverStatement, in_utc
+from app.inventory.driver_transaction import (
+    DriverCall,
+    FullPathNeeded,
+    ReadRows,
+    apply_in_two_round_trips,
+)
+from app.inventory.events import EventLog
+from app.inventory.receipts import (
+    LOCK_TOUCH_OR_INSERT_NODE_SQL,
+    PODRESOURCES_STREAM,
+    Order,
+    ReceiptRecord,
+    check_order,
+    receipt_write,
+)
+from app.inventory.schemas import PodResourcesSnapshot
+
+
+async def apply_pod_resources(
+    pool: AsyncConnectionPool[AsyncConnection[Any]],
+    snapshot: PodResourcesSnapshot,
+    *,
+    content_hash: str,
+    actor: str,
+    now: datetime,
+    max_node_devices: int | None = None,
+    stale_after: timedelta | None = None,
+) -> EventLog | None:
+    """`apply_snapshot` on PostgreSQL for a PodResources snapshot without DRA claims: its
+    events, as written.
+
+    None, having changed nothing, for a snapshot the session path must apply, or when no
+    connection came in time or the server dropped it. A snapshot the ordering rules refuse,
+    or over the node's device limit, raises, as on the session path."""
+    listed = pods_listed(snapshot)
+    parameters = {
+        "node_name": snapshot.node,
+        "now": now,
+        **receipt_and_holdings_parameters(PODRESOURCES_STREAM, content_hash, listed.resources),
+    }
+    log = EventLog(at=now, actor=actor)
+    reads = [
+        # The read runs after the node's row is locked, or inserted.
+        (LOCK_TOUCH_OR_INSERT_NODE_SQL.sql, LOCK_TOUCH_OR_INSERT_NODE_SQL.values(parameters)),
+        (READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE, parameters),
+    ]
+
+    def close(rows: ReadRows) -> DriverCall:
+        node_rows, read_rows = rows
+        statement, values = _pod_resources_close(
+            snapshot,
+            listed,
+            node_rows,
+            read_rows[0],
+            content_hash,
+            log,
+            max_node_devices,
+            stale_after,
+        )
+        return statement.sql, statement.values(values)
+
+    if not await apply_in_two_round_trips(pool, reads, close):
+        return None
+    return log
+
+
+def _pod_resources_close(
+    snapshot: PodResourcesSnapshot,
+    listed: PodsListed,
+    node_rows: Sequence[Sequence[Any]],
+    read: Sequence[Any],
+    content_hash: str,
+    log: EventLog,
+    max_node_devices: int | None,
+    stale_after: timedelta | None,
+) -> tuple[DriverStatement, dict[str, Any]]:
+    """`apply_pod_resources`' decisions, as `apply_snapshot` takes them, from the node's row
+    (locked, or inserted) and the receipt-and-holdings read: the statement that closes the
+    transaction."""
+    if not node_rows:
+        raise FullPathNeeded  # another transaction is inserting the node: wait for it there
+    node_id, last_seen, stale_since, new = node_rows[0]
+    now = log.at
+    if new:
+        log.add("node_added", node=snapshot.node)
+    elif stale_since is not None or (
+        stale_after is not None and now - in_utc(last_seen) > stale_after
+    ):
+        raise FullPathNeeded  # back from an outage: its events
+    receipt, holdings = receipt_and_holdings_of(read, listed.resources)
+    if check_order(receipt, snapshot.source, content_hash, PODRESOURCES_STREAM) is Order.REPEAT:
+        raise FullPathNeeded  # answered as a repeat there, with the node's events
+    writes: list[Write] = []
+    # No holdings: the receipt's content is this one, and nothing is replaced.
+    if holdings is not None:
+        if holdings.claims_open or _lists_claims(snapshot):
+            raise FullPathNeeded  # the claims are read and written statement by statement
+        writes = writes_replacing_holdings(
+            node_id, snapshot.node, listed, holdings, now, log, max_node_devices=max_node_devices
+        )
+    record = ReceiptRecord(
+        node_id, PODRESOURCES_STREAM, snapshot.source, content_hash, snapshot.observed_at, now
+    )
+    writes.append(receipt_write(receipt, record))
+    return together(log.written_after(writes, new_devices=new_devices_part(writes)))
+
+
+def _lists_claims(snapshot: PodResourcesSnapshot) -> bool:
+    return any(
+        container.dynamic_resources
+        for pod in snapshot.pod_resources
+        for container in pod.containers
+    )
