@@ -502,36 +502,10 @@ class SnapshotIngest:
         applied: IngestResult | None = None
         if unchanged:
             applied = IngestResult()
-        elif (
-            isinstance(snapshot, ListAndWatchSnapshot)
-            and database is not None
-            and not try_unchanged_first
-            and self._may_apply_listed_devices(database, snapshot, stream, body_bytes)
-        ):
-            applied = await apply_listed_devices(
-                database.statements,
-                snapshot,
-                content_hash=content_hash,
-                actor=actor,
-                now=utcnow(),
-                stale_after=self.stale_after,
+        elif database is not None and not try_unchanged_first:
+            applied = await self._apply_on_the_drivers_connection(
+                database, snapshot, stream, content_hash, actor, body_bytes
             )
-        elif (
-            isinstance(snapshot, PodResourcesSnapshot)
-            and database is not None
-            and not try_unchanged_first
-            and self._fits_the_event_loop(database, body_bytes)
-        ):
-            log = await apply_pod_resources(
-                database.statements,
-                snapshot,
-                content_hash=content_hash,
-                actor=actor,
-                now=utcnow(),
-                max_node_devices=self.max_node_devices,
-                stale_after=self.stale_after,
-            )
-            applied = None if log is None else _result_of(log)
         if applied is None:
             apply = functools.partial(
                 apply_snapshot,
@@ -548,32 +522,56 @@ class SnapshotIngest:
         self.recent.remember(snapshot.node, stream, content_hash, body_digest)
         return applied
 
-    def _may_apply_listed_devices(
+    async def _apply_on_the_drivers_connection(
         self,
         database: EventLoopDatabase,
-        snapshot: ListAndWatchSnapshot,
+        snapshot: Snapshot,
         stream: str,
+        content_hash: str,
+        actor: str,
         body_bytes: int | None,
-    ) -> bool:
+    ) -> IngestResult | None:
+        """A changed snapshot in two round trips on a pooled connection of the driver, where
+        its stream's path applies to it: `apply_pod_resources`, or `apply_listed_devices`.
+        None, having changed nothing, for the full path to apply it: a body too large for the
+        event loop, a notification outbox to fill (the full path fills it), or whatever the
+        stream's path leaves to the full path."""
+        if (
+            body_bytes is None
+            or body_bytes > EVENT_LOOP_MAX_BODY
+            or outbox_of(database.sessions.kw.get("info", {})) is not None
+        ):
+            return None
+        if isinstance(snapshot, PodResourcesSnapshot):
+            log = await apply_pod_resources(
+                database.statements,
+                snapshot,
+                content_hash=content_hash,
+                actor=actor,
+                now=utcnow(),
+                max_node_devices=self.max_node_devices,
+                stale_after=self.stale_after,
+            )
+            return None if log is None else _result_of(log)
+        if not self._may_apply_listed_devices(snapshot, stream):
+            return None
+        return await apply_listed_devices(
+            database.statements,
+            snapshot,
+            content_hash=content_hash,
+            actor=actor,
+            now=utcnow(),
+            stale_after=self.stale_after,
+        )
+
+    def _may_apply_listed_devices(self, snapshot: ListAndWatchSnapshot, stream: str) -> bool:
         """Whether `apply_listed_devices` is worth trying: a stream this process has stored
-        (so not a new node's, which needs the full path), a snapshot small enough for the
-        event loop, without a registration or a derived health, and no notification outbox
-        to fill."""
+        (so not a new node's, which needs the full path), without a registration or a derived
+        health."""
         return (
             self.recent.has_stored(snapshot.node, stream)
             and snapshot.plugin is None
             and snapshot.health_source != DERIVED
-            and self._fits_the_event_loop(database, body_bytes)
-        )
-
-    @staticmethod
-    def _fits_the_event_loop(database: EventLoopDatabase, body_bytes: int | None) -> bool:
-        """Whether a snapshot may be applied in the event loop on the driver's connection: a
-        body small enough, and no notification outbox to fill (the session path fills it)."""
-        return (
-            body_bytes is not None
-            and body_bytes <= EVENT_LOOP_MAX_BODY
-            and outbox_of(database.sessions.kw.get("info", {})) is None
         )
 
     async def _apply_in_event_loop(
