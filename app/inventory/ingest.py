@@ -11,12 +11,12 @@ claims (app/inventory/claims.py) and its allocatable sets. The stream's receipt
 content, asks the recent-content hint whether the one-statement unchanged check is worth
 trying, and otherwise (or when that check does not apply) applies the snapshot in full, in the
 event loop where the database and the body's size allow, else in a worker thread. A changed
-device list of a stream the hint knows, the common health flip, is applied in the event loop on
-the driver's own connection in two round trips (`apply_listed_devices`) when it needs nothing
-more; so is a changed PodResources snapshot without DRA claims, a new node's first one too
-(`apply_pod_resources`, app/inventory/podresources_driver.py). Before all
-that, the route may offer a body that repeats, but for its place in the stream, the one last
-stored for the stream (`record_repeat`): only the statement runs for it.
+device list, the common health flip as much as a new node's first, is applied in the event
+loop on the driver's own connection in two round trips (`apply_listed_devices`) when it needs
+nothing more; so is a changed PodResources snapshot without DRA claims, a new node's first one
+too (`apply_pod_resources`, app/inventory/podresources_driver.py). Before all that, the route
+may offer a body that repeats, but for its place in the stream, the one last stored for the
+stream (`record_repeat`): only the statement runs for it.
 """
 
 from __future__ import annotations
@@ -55,11 +55,15 @@ from app.inventory.bulk import Write, together
 from app.inventory.claims import replace_claim_allocations
 from app.inventory.derived_health import DERIVED
 from app.inventory.device_lists import (
+    NEW_LISTED_DEVICES,
     STREAM_OF_NAMED_NODE,
     DeviceChanges,
     ListedDevice,
+    check_listed_devices_fit,
     device_changes_write,
     listed_device_changes,
+    new_devices_write,
+    present_elsewhere_of_rows,
     read_stream,
     record_plugin,
     replace_device_list,
@@ -77,7 +81,7 @@ from app.inventory.driver_transaction import (
 from app.inventory.events import EventLog
 from app.inventory.podresources_driver import apply_pod_resources
 from app.inventory.receipts import (
-    LOCK_AND_TOUCH_NODE_SQL,
+    LOCK_TOUCH_OR_INSERT_NODE_SQL,
     PODRESOURCES_STREAM,
     Order,
     ReceiptRecord,
@@ -304,30 +308,34 @@ async def apply_listed_devices(
     actor: str,
     now: datetime,
     stale_after: timedelta | None = None,
+    max_node_devices: int | None = None,
 ) -> IngestResult | None:
-    """`apply_snapshot` on PostgreSQL for the common changed ListAndWatch snapshot: a stream
-    whose devices are all listed already (a health flip), from a node neither new nor back
-    from an outage, without a registration or a derived health. Sent on a pooled connection of
-    the driver in two round trips (`apply_in_two_round_trips`): BEGIN, the node's lock and the
-    stream's read; then the closing writes and COMMIT. The full path sends each on its own,
-    through SQLAlchemy's async adaptation, which cost about two thirds of such a snapshot's CPU.
+    """`apply_snapshot` on PostgreSQL for a ListAndWatch snapshot without a registration or a
+    derived health, from a node not back from an outage: a health flip, a new device, a new
+    stream, a new node's first snapshot. Sent on a pooled connection of the driver in two round
+    trips (`apply_in_two_round_trips`): BEGIN, the node's lock (or its insert, for a new node)
+    and the stream's read; then one statement with the new devices, the other device changes,
+    the receipt and the events, and COMMIT. The full path sends each on its own, through
+    SQLAlchemy's async adaptation, which cost about two thirds of such a snapshot's CPU.
 
     None, having changed nothing, for any other snapshot, or when no connection came in time
-    or the server dropped it: the full path then applies it. A snapshot the ordering rules
-    refuse raises, as on the full path."""
+    or the server dropped it: the full path then applies it. A snapshot the ordering rules or
+    the per-node device limit refuse raises, as on the full path."""
     parameters = {**stream_parameters(snapshot), "node_name": snapshot.node, "now": now}
     log = EventLog(at=now, actor=actor)
     reads = [
-        # The read runs after the lock is taken.
-        (LOCK_AND_TOUCH_NODE_SQL.sql, LOCK_AND_TOUCH_NODE_SQL.values(parameters)),
-        (STREAM_OF_NAMED_NODE.sql, parameters),
+        # The read runs after the lock is taken, or the node's row inserted.
+        (LOCK_TOUCH_OR_INSERT_NODE_SQL.sql, LOCK_TOUCH_OR_INSERT_NODE_SQL.values(parameters)),
+        (STREAM_OF_NAMED_NODE.sql, STREAM_OF_NAMED_NODE.values(parameters)),
     ]
 
     def close(rows: ReadRows) -> DriverCall:
         node_rows, stream_rows = rows
-        node = node_rows[0] if node_rows else None
+        if not node_rows:
+            # Another transaction is inserting the node: the full path waits for its lock.
+            raise FullPathNeeded
         statement, values = _listed_devices_close(
-            snapshot, node, stream_rows, content_hash, log, stale_after
+            snapshot, node_rows[0], stream_rows, content_hash, log, stale_after, max_node_devices
         )
         return statement.sql, statement.values(values)
 
@@ -338,39 +346,43 @@ async def apply_listed_devices(
 
 def _listed_devices_close(
     snapshot: ListAndWatchSnapshot,
-    node: Sequence[Any] | None,
+    node: Sequence[Any],
     rows: Sequence[Sequence[Any]],
     content_hash: str,
     log: EventLog,
     stale_after: timedelta | None,
+    max_node_devices: int | None,
 ) -> tuple[DriverStatement, dict[str, Any]]:
     """`apply_listed_devices`' decisions, as `apply_snapshot` takes them, from the node's
-    locked row and the stream's rows: the statement that closes the transaction."""
-    if node is None:
-        raise FullPathNeeded  # a new node
+    locked (or inserted) row and the stream's rows: the statement that closes the
+    transaction."""
     now = log.at
-    node_id, last_seen, stale_since = node
-    if stale_since is not None or (
+    node_id, last_seen, stale_since, new_node = node
+    if new_node:
+        log.add("node_added", node=snapshot.node)
+    elif stale_since is not None or (
         stale_after is not None and now - in_utc(last_seen) > stale_after
     ):
         raise FullPathNeeded  # back from an outage: its events
     stream = listandwatch_stream(snapshot.resource)
     receipt, listed = stream_of_rows(rows)
-    if receipt is None:
-        raise FullPathNeeded
     if check_order(receipt, snapshot.source, content_hash, stream) is Order.REPEAT:
         raise FullPathNeeded  # answered as a repeat there, with the node's events
     device_changes: DeviceChanges = []
-    if receipt.content_hash != content_hash:
+    inserted: list[Write] = []
+    if receipt is None or receipt.content_hash != content_hash:
         device_changes, new_devices = listed_device_changes(
             node_id, snapshot, now, log, listed, gone=set()
         )
         if new_devices:
-            raise FullPathNeeded  # inserted, then their events
+            elsewhere = 0 if new_node else present_elsewhere_of_rows(rows)
+            check_listed_devices_fit(snapshot, elsewhere, max_node_devices)
+            inserted.append(new_devices_write(snapshot, new_devices, log))
     record = ReceiptRecord(
         node_id, stream, snapshot.source, content_hash, snapshot.observed_at, now
     )
-    return together(log.written_after(_closing_writes(device_changes, [], receipt, record)))
+    writes = inserted + _closing_writes(device_changes, [], receipt, record)
+    return together(log.written_after(writes, new_devices=NEW_LISTED_DEVICES if inserted else None))
 
 
 class RecentContent:
@@ -382,9 +394,9 @@ class RecentContent:
     With the hash, the digest of the body that stored it (`repeat_digest`), when the caller
     gave one: a body with the same digest is the same content, validated already.
 
-    A stream this process has not stored yet (a new node's, or any after a restart) goes
-    straight to the full path: for a new node the check is a wasted round trip on every
-    stream, while an unchanged stream pays the full path once, and is then known."""
+    A stream this process has not stored yet (a new node's, or any after a restart) skips the
+    check: for a new node it is a wasted round trip on every stream, while an unchanged stream
+    pays the apply once, and is then known."""
 
     MAX_ENTRIES = 100_000
 
@@ -504,7 +516,7 @@ class SnapshotIngest:
             applied = IngestResult()
         elif database is not None and not try_unchanged_first:
             applied = await self._apply_on_the_drivers_connection(
-                database, snapshot, stream, content_hash, actor, body_bytes
+                database, snapshot, content_hash, actor, body_bytes
             )
         if applied is None:
             apply = functools.partial(
@@ -526,7 +538,6 @@ class SnapshotIngest:
         self,
         database: EventLoopDatabase,
         snapshot: Snapshot,
-        stream: str,
         content_hash: str,
         actor: str,
         body_bytes: int | None,
@@ -553,7 +564,7 @@ class SnapshotIngest:
                 stale_after=self.stale_after,
             )
             return None if log is None else _result_of(log)
-        if not self._may_apply_listed_devices(snapshot, stream):
+        if not self._may_apply_listed_devices(snapshot):
             return None
         return await apply_listed_devices(
             database.statements,
@@ -562,17 +573,13 @@ class SnapshotIngest:
             actor=actor,
             now=utcnow(),
             stale_after=self.stale_after,
+            max_node_devices=self.max_node_devices,
         )
 
-    def _may_apply_listed_devices(self, snapshot: ListAndWatchSnapshot, stream: str) -> bool:
-        """Whether `apply_listed_devices` is worth trying: a stream this process has stored
-        (so not a new node's, which needs the full path), without a registration or a derived
-        health."""
-        return (
-            self.recent.has_stored(snapshot.node, stream)
-            and snapshot.plugin is None
-            and snapshot.health_source != DERIVED
-        )
+    def _may_apply_listed_devices(self, snapshot: ListAndWatchSnapshot) -> bool:
+        """Whether `apply_listed_devices` is worth trying: a snapshot without a registration
+        or a derived health."""
+        return snapshot.plugin is None and snapshot.health_source != DERIVED
 
     async def _apply_in_event_loop(
         self, apply_snapshot: ApplySnapshot, body_bytes: int | None

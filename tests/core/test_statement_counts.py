@@ -248,12 +248,13 @@ def test_a_health_flip_goes_on_the_drivers_connection_on_postgresql(
     assert api.ingest_listandwatch(flipped)["duplicate"] is True
 
 
-def test_a_changed_device_list_the_driver_path_does_not_take_closes_in_one_statement(
+def test_a_new_device_on_a_known_stream_goes_on_the_drivers_connection_on_postgresql(
     quiet_api: Api, statements: StatementCounter
 ) -> None:
-    """A changed snapshot that lists a new device takes the full path on PostgreSQL, even on a
-    stream this process has stored: the node's lock, the stream's read, ..., the new device's
-    row, then the device changes, the receipt and the events together."""
+    """A changed snapshot that lists a new device, on PostgreSQL: the node's lock and the
+    stream's read, then the new device's row, the other device's change, the receipt and the
+    events in one statement, on the driver's connection. The device_added event names the
+    device the same statement inserted."""
     api = quiet_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
     grown = listandwatch("node-a", [dev("gpu-0", "Unhealthy"), dev("gpu-1"), dev("gpu-2")], 2)
@@ -261,11 +262,7 @@ def test_a_changed_device_list_the_driver_path_does_not_take_closes_in_one_state
         result = api.ingest_listandwatch(grown)
     assert (result["added"], result["health_changes"], result["events"]) == (1, 1, 2)
     if statements.engine.dialect.name == "postgresql":
-        locking, closing = statements.statements[0], statements.statements[-1]
-        assert "FOR UPDATE" in locking, locking
-        assert "INSERT INTO devices" in statements.statements[-2]
-        for write in ("UPDATE devices", "UPDATE ingest_receipts", "INSERT INTO events"):
-            assert write in closing, closing
+        assert statements.statements == []
     added = api.get("/api/v1/events", kind="device_added", node="node-a")["results"]
     assert sorted(e["device_id"] for e in added) == ["gpu-0", "gpu-1", "gpu-2"]
     devices = api.get("/api/v1/devices", node="node-a")["results"]
@@ -274,24 +271,57 @@ def test_a_changed_device_list_the_driver_path_does_not_take_closes_in_one_state
         "gpu-1": "Healthy",
         "gpu-2": "Healthy",
     }
+    new = next(d for d in devices if d["device_id"] == "gpu-2")
+    its_events = api.get("/api/v1/events", device=new["id"])["results"]
+    assert [(e["kind"], e["device_id"]) for e in its_events] == [("device_added", "gpu-2")]
     assert api.ingest_listandwatch(grown)["duplicate"] is True
 
 
-def test_a_new_nodes_device_list_closes_with_its_receipt_and_events(
+def test_a_new_nodes_device_list_goes_on_the_drivers_connection_on_postgresql(
     quiet_api: Api, statements: StatementCounter
 ) -> None:
     """A new node's first snapshot on PostgreSQL: the node's row, inserted where there is no
-    row to lock, in the locking statement; its devices; then its receipt with its events."""
+    row to lock, and the stream's read; then its devices, its receipt and its events, all on
+    the driver's connection."""
     api = quiet_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))  # checks the token
     body = listandwatch("node-b", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 1)
     with statements:
         assert api.ingest_listandwatch(body)["added"] == 2
     if statements.engine.dialect.name == "postgresql":
-        assert statements.count == 3, statements.statements
+        assert statements.statements == []
+    events = api.get("/api/v1/events", node="node-b")["results"]
+    # Newest first.
+    assert [(e["kind"], e["device_id"]) for e in reversed(events)] == [
+        ("node_added", None),
+        ("device_added", "gpu-0"),
+        ("device_added", "gpu-1"),
+    ]
+    devices = {d["device_id"]: d for d in api.get("/api/v1/devices", node="node-b")["results"]}
+    assert (devices["gpu-0"]["health"], devices["gpu-1"]["health"]) == ("Healthy", "Unhealthy")
+    for event in events[:2]:
+        assert event["device"] == devices[event["device_id"]]["id"]
+    assert api.ingest_listandwatch(body)["duplicate"] is True
+
+
+def test_a_new_node_the_drivers_connection_does_not_take_closes_in_one_statement(
+    quiet_api: Api, statements: StatementCounter
+) -> None:
+    """A new node's first snapshot with its plugin's registration takes the full path on
+    PostgreSQL: the node's row, inserted where there is no row to lock, in the locking
+    statement; its devices; its registration; then its receipt with its events."""
+    api = quiet_api
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))  # checks the token
+    plugin = {"endpoint": "gpu.sock", "version": "v1beta1"}
+    body = listandwatch("node-b", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 1, plugin=plugin)
+    with statements:
+        assert api.ingest_listandwatch(body)["added"] == 2
+    if statements.engine.dialect.name == "postgresql":
+        assert statements.count == 4, statements.statements
         locking, closing = statements.statements[0], statements.statements[-1]
         assert "FOR UPDATE" in locking and "INSERT INTO nodes" in locking
+        assert "INSERT INTO devices" in statements.statements[1]
         assert "INSERT INTO ingest_receipts" in closing and "INSERT INTO events" in closing
     kinds = sorted(e["kind"] for e in api.get("/api/v1/events", node="node-b")["results"])
-    assert kinds == ["device_added", "device_added", "node_added"]
+    assert kinds == ["device_added", "device_added", "node_added", "plugin_registered"]
     assert api.ingest_listandwatch(body)["duplicate"] is True
