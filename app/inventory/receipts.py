@@ -110,8 +110,6 @@ _LOCK_AND_TOUCH_NODE = (
     .values(last_seen=_NOW, stale_since=None)
     .returning(_locked.c.id, _locked.c.last_seen, _locked.c.stale_since)
 )
-# As the driver's SQL, for a transaction on a connection of its own.
-LOCK_AND_TOUCH_NODE_SQL = DriverStatement(_LOCK_AND_TOUCH_NODE)
 # The same, or, when there is no row to lock, the insert of a new node's row, in one statement:
 # a new node's first snapshot would otherwise wait for both in turn. A row another transaction
 # is inserting makes the insert wait for it, then do nothing: no row comes back.
