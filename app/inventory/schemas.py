@@ -119,7 +119,10 @@ class TopologyInfo(_Input):
     nodes: list[NUMANode] = Field(default_factory=list, max_length=MAX_NUMA_ID + 1)
 
     def numa_ids(self) -> list[int]:
-        return sorted({n.ID for n in self.nodes})
+        nodes = self.nodes
+        if len(nodes) == 1:  # the common case, with no set to build and sort
+            return [nodes[0].ID]
+        return sorted({n.ID for n in nodes})
 
 
 class PluginDevice(_Input):
@@ -250,14 +253,15 @@ class ListAndWatchSnapshot(_Input):
         return devices
 
     def content_hash(self) -> str:
-        return _canonical_hash(
+        # The keys in sorted order, as `_sorted_content_hash` needs.
+        return _sorted_content_hash(
             {
-                "plugin": self.plugin.model_dump() if self.plugin else None,
-                "health_source": self.health_source,
                 "devices": sorted(
                     (d.ID, d.health, d.topology.numa_ids() if d.topology else [])
                     for d in self.devices
                 ),
+                "health_source": self.health_source,
+                "plugin": _with_sorted_keys(self.plugin.model_dump()) if self.plugin else None,
             }
         )
 

@@ -8,7 +8,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from app.inventory.schemas import PodResourcesSnapshot, container_content, devices_content
+from app.inventory.schemas import (
+    ListAndWatchSnapshot,
+    PodResourcesSnapshot,
+    container_content,
+    devices_content,
+)
 
 from .conftest import BOOT, GPU, NIC, Api, dev, held, listandwatch, pod, podresources
 
@@ -532,3 +537,35 @@ def test_the_content_hash_is_the_standard_librarys_serialisation_of_the_dump() -
         assert snapshot.content_hash() == dumped_hash(snapshot), (uid, device_id)
     no_allocatable = PodResourcesSnapshot.model_validate(podresources("node-d", [pod("a")], 1))
     assert no_allocatable.content_hash() == dumped_hash(no_allocatable)
+
+
+def listandwatch_dumped_hash(snapshot: ListAndWatchSnapshot) -> str:
+    """A ListAndWatch snapshot's content hash as the standard library serialises it."""
+    content = {
+        "plugin": snapshot.plugin.model_dump() if snapshot.plugin else None,
+        "health_source": snapshot.health_source,
+        "devices": sorted(
+            (d.ID, d.health, sorted({n.ID for n in d.topology.nodes}) if d.topology else [])
+            for d in snapshot.devices
+        ),
+    }
+    encoded = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+def test_the_listandwatch_content_hash_is_the_standard_librarys_serialisation() -> None:
+    plugin = {
+        "endpoint": "gpu.sock",
+        "version": "v1beta1",
+        "options": {"getPreferredAllocationAvailable": True},
+    }
+    for device_id, extra in (
+        ("gpu-1", {}),
+        ("gpu-1", {"plugin": plugin}),
+        ("gpu-\x7f", {"plugin": plugin}),
+        ("gpu-\u00e9", {"health_source": "derived"}),
+        ("gpu-\t1", {}),
+    ):
+        devices = [dev("gpu-0", numa=[1, 0, 1]), dev(device_id, "Unhealthy", numa=[0]), dev("x")]
+        snapshot = ListAndWatchSnapshot.model_validate(listandwatch("node-d", devices, 1, **extra))
+        assert snapshot.content_hash() == listandwatch_dumped_hash(snapshot), device_id
