@@ -88,13 +88,12 @@ class BulkInsert:
         rows: Sequence[dict[str, Any]],
         *,
         returning: str,
-        then: str | None = None,
         computed: dict[str, str] | None = None,
     ) -> Write:
         """The PostgreSQL insert of `rows` (not empty) as a part of `write_together`'s
-        statement, returning `returning` for `then`. `computed` gives some columns an SQL
-        expression instead of the row's value, which is `r.<column>` in it; the rows keep
-        their order all the same."""
+        statement, returning `returning` for a later part to read. `computed` gives some
+        columns an SQL expression instead of the row's value, which is `r.<column>` in it; the
+        rows keep their order all the same."""
         insert_sql = self._json_insert
         if computed:
             key = tuple(computed.items())
@@ -105,7 +104,6 @@ class BulkInsert:
             f"{insert_sql} RETURNING {returning}",
             self._binds,
             self._json_parameters(rows),
-            then,
         )
 
     def _json_parameters(self, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -237,14 +235,12 @@ class BulkUpdate:
 
 class Write(NamedTuple):
     """One INSERT or UPDATE, a part of `write_together`'s statement: its SQL with :name
-    parameters, the parameters that need a type (times, JSON), and the values of all. `then`:
-    a SELECT over the rows it returns (`{rows}` in it names them), to end the statement.
+    parameters, the parameters that need a type (times, JSON), and the values of all.
     `name`: the part's name, for a later part to read the rows it returns."""
 
     sql: str
     binds: tuple[BindParameter[Any], ...]
     parameters: dict[str, Any]
-    then: str | None = None
     name: str | None = None
 
 
@@ -256,14 +252,14 @@ def write_together(session: Session, writes: Sequence[Write]) -> None:
     They all see the rows as the statement found them, and none sees another's changes: only
     writes that do not read each other's rows go together, but a part may read the rows an
     earlier, named, part returns. Triggers run at the end of the
-    statement, as they would at the end of each write. Only the last may have `then`."""
+    statement, as they would at the end of each write."""
     statement, parameters = together(writes)
     statement.execute(session, parameters)
 
 
 def together(writes: Sequence[Write]) -> tuple[DriverStatement, dict[str, Any]]:
     """`write_together`'s statement and its parameters, for a caller that sends it itself."""
-    shape = tuple(part for write in writes for part in (write.sql, write.then, write.name))
+    shape = tuple(part for write in writes for part in (write.sql, write.name))
     statement = _together.get(shape)
     if statement is None:
         statement = _together[shape] = _statement_of(writes)
@@ -274,11 +270,9 @@ def together(writes: Sequence[Write]) -> tuple[DriverStatement, dict[str, Any]]:
 
 
 def _statement_of(writes: Sequence[Write]) -> DriverStatement:
-    assert all(write.then is None for write in writes[:-1])
     names = [write.name or f"w{index}" for index, write in enumerate(writes)]
     ctes = ", ".join(f"{name} AS ({write.sql})" for name, write in zip(names, writes, strict=True))
-    then = writes[-1].then
-    end = "SELECT 1" if then is None else then.format(rows=names[-1])
     binds = {bind.key: bind for write in writes for bind in write.binds}
     assert len(binds) == sum(len(write.binds) for write in writes), "parameter names clash"
-    return DriverStatement(text(f"WITH {ctes} {end}").bindparams(*binds.values()), binds.values())
+    statement = text(f"WITH {ctes} SELECT 1").bindparams(*binds.values())
+    return DriverStatement(statement, binds.values())

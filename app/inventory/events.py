@@ -14,11 +14,6 @@ from app.inventory.alerts import write_outbox
 from app.inventory.bulk import BulkInsert, Write, write_together
 from app.inventory.models import Event, table_of
 
-NOTIFY_CHANNEL = "devicedeck_events"
-
-# PostgreSQL also tells listeners, in the same statement; the notification is delivered at
-# commit.
-_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', count(*)::text) FROM {{rows}}"
 _INSERT_EVENTS = BulkInsert(
     table_of(Event),
     shared=("at", "actor"),
@@ -34,7 +29,6 @@ _INSERT_EVENTS = BulkInsert(
         "before",
         "after",
     ),
-    around="WITH inserted AS ({insert} RETURNING 1) " + _NOTIFY.format(rows="inserted"),
 )
 
 # Only these kinds always name a device row, so only their missing device_pk means a device
@@ -119,8 +113,8 @@ class EventLog:
         return sum(1 for row in self.rows if row["kind"] == kind)
 
     def write(self, session: Session) -> None:
-        """Insert the events; on PostgreSQL also tell listeners, delivered at commit. The
-        alerts they start or end go to the notification outbox, when it has targets."""
+        """Insert the events. The alerts they start or end go to the notification outbox,
+        when it has targets."""
         _INSERT_EVENTS.execute(session, self.rows)
         write_outbox(session, self.rows)
 
@@ -141,12 +135,10 @@ class EventLog:
     def written_after(
         self, writes: Sequence[Write], *, new_devices: str | None = None
     ) -> list[Write]:
-        """`writes`, then the events' insert with its notification, as parts of one statement
+        """`writes`, then the events' insert, as parts of one statement
         (`write_together`, as `write_with` says); the alerts' outbox is not among them."""
         together = list(writes)
         if self.rows:
             computed = None if new_devices is None else _pk_of_new_device(new_devices)
-            together.append(
-                _INSERT_EVENTS.write(self.rows, returning="1", then=_NOTIFY, computed=computed)
-            )
+            together.append(_INSERT_EVENTS.write(self.rows, returning="1", computed=computed))
         return together

@@ -1,16 +1,18 @@
 """Live updates: notice new events in the database and wake every open event stream.
 
-One watcher task per service process. On PostgreSQL it LISTENs on the channel the ingest
-transaction notifies at commit, so a change written by any process reaches the pages every
-process serves. On SQLite (one process) it polls the newest event id once a second. Bursts
-are coalesced: subscribers hear at most one change per THROTTLE seconds, and only the newest
-event id.
+One watcher task per service process polls the newest event id once a second, so a change
+written by any process (any replica) reaches the pages every process serves. Subscribers hear
+only the newest id.
+
+Not LISTEN/NOTIFY on PostgreSQL: a transaction that notifies takes one database-wide lock at
+commit and holds it until its commit is flushed, so every writer of events waited for every
+other's flush in turn. At a few hundred snapshots a second that lock, not the CPU, set the
+ingest rate. The poll is one read of the events' primary key index a second per process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import threading
@@ -19,24 +21,14 @@ from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
 
-import psycopg
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import is_postgresql, libpq_url
-from app.inventory.events import NOTIFY_CHANNEL
 from app.inventory.history import latest_event_id
-from app.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 1.0
-THROTTLE = 0.5
-RECONNECT_MIN = 0.5
-RECONNECT_MAX = 30.0
-# Every replica loses its connection when the database restarts: do not reconnect in step.
-RECONNECT_JITTER = 0.2
-HEARTBEAT = 30.0
 CLOSED = -1  # what a subscriber's queue holds once the hub has closed
 
 
@@ -93,7 +85,6 @@ def read_latest(factory: sessionmaker[Session]) -> int:
 
 
 async def poll_latest(hub: LiveHub, factory: sessionmaker[Session]) -> None:
-    """SQLite: one process writes and reads, so asking for the newest id is enough."""
     while True:
         try:
             latest = await asyncio.to_thread(read_latest, factory)
@@ -103,66 +94,6 @@ async def poll_latest(hub: LiveHub, factory: sessionmaker[Session]) -> None:
             if latest != hub.latest:
                 hub.publish(latest)
         await asyncio.sleep(POLL_INTERVAL)
-
-
-async def listen_for_events(hub: LiveHub, factory: sessionmaker[Session], conninfo: str) -> None:
-    """PostgreSQL: LISTEN on the channel; each notification wakes the publisher."""
-    wake = asyncio.Event()
-    async with asyncio.TaskGroup() as group:
-        group.create_task(_publish_on_wake(hub, factory, wake))
-        await _listen(conninfo, wake)
-
-
-async def _connect(conninfo: str) -> psycopg.AsyncConnection[Any]:
-    """Connect; if cancelled half-way, finish and close the connection before giving up, so
-    no open connection is left for the garbage collector (a ResourceWarning, and a leak)."""
-    connecting = asyncio.ensure_future(
-        psycopg.AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
-    )
-    try:
-        return await asyncio.shield(connecting)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            conn = await asyncio.wait_for(connecting, timeout=10)
-            await conn.close()
-        raise
-
-
-async def _listen(conninfo: str, wake: asyncio.Event) -> None:
-    """Reconnects with backoff when the connection drops, and wakes the publisher after each
-    (re)connect in case a change came while it was down. A quiet connection is checked every
-    HEARTBEAT seconds so a dead one is noticed."""
-    backoff = Backoff(RECONNECT_MIN, RECONNECT_MAX, jitter=RECONNECT_JITTER)
-    while True:
-        try:
-            async with await _connect(conninfo) as conn:
-                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                backoff.reset()
-                wake.set()
-                while True:
-                    async for _ in conn.notifies(timeout=HEARTBEAT):
-                        wake.set()
-                    await conn.execute("SELECT 1")
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            delay = backoff.next_delay()
-            log.warning("event listener lost its connection", extra={"error": e, "retry_in": delay})
-            await asyncio.sleep(delay)
-
-
-async def _publish_on_wake(
-    hub: LiveHub, factory: sessionmaker[Session], wake: asyncio.Event
-) -> None:
-    """Coalesces bursts: one read of the newest id per wake-up, at most one per THROTTLE."""
-    while True:
-        await wake.wait()
-        wake.clear()
-        try:
-            hub.publish(await asyncio.to_thread(read_latest, factory))
-        except Exception:
-            log.exception("reading the newest event id failed; will retry on the next change")
-        await asyncio.sleep(THROTTLE)
 
 
 def end_streams_on_signals(hub: LiveHub) -> None:
@@ -194,11 +125,7 @@ def start_live_updates(app: FastAPI, tasks: Any) -> None:
     factory: sessionmaker[Session] = app.state.session_factory
     hub = LiveHub(read_latest(factory))
     app.state.live = hub
-    if is_postgresql(app.state.engine):
-        conninfo = libpq_url(app.state.settings.database_url)
-        tasks.start(_closing(hub, listen_for_events(hub, factory, conninfo)), name="live-listen")
-    else:
-        tasks.start(_closing(hub, poll_latest(hub, factory)), name="live-poll")
+    tasks.start(_closing(hub, poll_latest(hub, factory)), name="live-poll")
     end_streams_on_signals(hub)
 
 
