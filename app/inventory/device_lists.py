@@ -70,17 +70,17 @@ _RECEIPT_AND_DEVICES = _STREAM_OF_NODE.where(_nodes.c.id == bindparam("node_id")
 _RECEIPT_WIDTH = len(RECEIPT_COLUMNS)
 _RECEIPT_AND_DEVICES_SQL = DriverStatement(_RECEIPT_AND_DEVICES)
 # The node's present devices of its other resources, for the per-node device limit when a
-# snapshot lists new devices. Not correlated with the read it is a column of, so PostgreSQL
-# counts once per statement, not once per row. The state is a filter of the count, not of the
-# scan: as a condition of the scan, the planner joined the node's devices with the partial
-# index of every present device (20 ms at 130,000 devices).
+# snapshot lists new devices. The state and the resource filter the count, not the scan: as
+# conditions of the scan, the planner joined the node's devices with the partial index of
+# every present device (20 ms at 130,000 devices, before the table's statistics caught up).
+_PRESENT_ELSEWHERE_COUNT = func.count().filter(
+    _devices.c.state == PRESENT, _devices.c.resource != bindparam("resource")
+)
+# The same of the node by its name, not correlated with the read it is a column of, so
+# PostgreSQL counts once per statement, not once per row.
 _named = _nodes.alias("named")
 _PRESENT_ELSEWHERE_OF_NAMED_NODE = (
-    select(
-        func.count().filter(
-            _devices.c.state == PRESENT, _devices.c.resource != bindparam("resource")
-        )
-    )
+    select(_PRESENT_ELSEWHERE_COUNT)
     .select_from(_devices.join(_named, _named.c.id == _devices.c.node_id))
     .where(_named.c.name == bindparam("node_name"))
     .correlate(None)
@@ -132,11 +132,8 @@ def present_elsewhere_of_rows(rows: Sequence[Sequence[Any]]) -> int:
     return int(rows[0][-1])
 
 
-# Present devices of the node's other resources, for the per-node device limit.
-_PRESENT_ELSEWHERE = select(func.count()).where(
-    _devices.c.node_id == bindparam("node_id"),
-    _devices.c.state == PRESENT,
-    _devices.c.resource != bindparam("resource"),
+_PRESENT_ELSEWHERE = select(_PRESENT_ELSEWHERE_COUNT).where(
+    _devices.c.node_id == bindparam("node_id")
 )
 _INSERT_DEVICES = BulkInsertReturning(
     _devices,
