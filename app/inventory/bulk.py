@@ -48,7 +48,7 @@ class BulkInsert:
         # Named after the table, so that writes to different tables can share a statement.
         self._rows = f"{table.name}_rows"
         self._json_insert = self._insert_sql({})
-        self._computed_inserts: dict[tuple[tuple[str, str], ...], str] = {}
+        self._computed_inserts: dict[tuple[tuple[tuple[str, str], ...], str], str] = {}
         # The shared parameters are typed as their columns, so that times go through the
         # column's type.
         self._binds = (
@@ -66,7 +66,7 @@ class BulkInsert:
             return
         session.execute(self._from_json, self._json_parameters(rows))
 
-    def _insert_sql(self, computed: dict[str, str]) -> str:
+    def _insert_sql(self, computed: dict[str, str], join: str = "") -> str:
         table = self._table
         record = ", ".join(
             f"{name} {table.c[name].type.compile(_DIALECT)}" for name in self.per_row
@@ -78,9 +78,16 @@ class BulkInsert:
                 *(computed.get(name, f"r.{name}") for name in self.per_row),
             ]
         )
+        insert = f"INSERT INTO {table.name} ({columns}) SELECT {values}"
+        rows = f"jsonb_to_recordset(:{self._rows})"
+        if not join:
+            return f"{insert} FROM {rows} AS r({record})"
+        # A join may give its rows in any order: they are put back in the array's order, in
+        # which the inserted rows take their ids.
+        names = ", ".join(self.per_row)
         return (
-            f"INSERT INTO {table.name} ({columns}) SELECT {values} "
-            f"FROM jsonb_to_recordset(:{self._rows}) AS r({record})"
+            f"{insert} FROM ROWS FROM ({rows} AS ({record})) "
+            f"WITH ORDINALITY AS r({names}, row_order) {join} ORDER BY r.row_order"
         )
 
     def write(
@@ -89,16 +96,18 @@ class BulkInsert:
         *,
         returning: str,
         computed: dict[str, str] | None = None,
+        join: str = "",
     ) -> Write:
         """The PostgreSQL insert of `rows` (not empty) as a part of `write_together`'s
         statement, returning `returning` for a later part to read. `computed` gives some
-        columns an SQL expression instead of the row's value, which is `r.<column>` in it; the
-        rows keep their order all the same."""
+        columns an SQL expression instead of the row's value, which is `r.<column>` in it;
+        `join` joins `r` to another part's rows for those expressions. The rows keep their
+        order all the same."""
         insert_sql = self._json_insert
-        if computed:
-            key = tuple(computed.items())
+        if computed or join:
+            key = (tuple((computed or {}).items()), join)
             insert_sql = self._computed_inserts.get(key) or self._computed_inserts.setdefault(
-                key, self._insert_sql(computed)
+                key, self._insert_sql(computed or {}, join)
             )
         return Write(
             f"{insert_sql} RETURNING {returning}",

@@ -32,20 +32,19 @@ _INSERT_EVENTS = BulkInsert(
 )
 
 # Only these kinds always name a device row, so only their missing device_pk means a device
-# inserted by the same statement. A subquery per row, not a join, keeps the rows' order, which
-# is the events' order.
+# inserted by the same statement. A join, not a subquery per row: the subquery scanned every new
+# device for every event, a third of PostgreSQL's time on a new node's 56-device list.
 _DEVICE_EVENTS = ("device_added", "allocated")
+_PK_OF_NEW_DEVICE = {"device_pk": "coalesce(r.device_pk, n.id)"}
 
 
 @functools.cache
-def _pk_of_new_device(new_devices: str) -> dict[str, str]:
+def _join_new_devices(new_devices: str) -> str:
     kinds = ", ".join(f"'{kind}'" for kind in _DEVICE_EVENTS)
-    return {
-        "device_pk": f"CASE WHEN r.device_pk IS NULL AND r.kind IN ({kinds}) THEN"
-        f" (SELECT n.id FROM {new_devices} n"
-        " WHERE n.resource = r.resource AND n.device_id = r.device_id)"
-        " ELSE r.device_pk END"
-    }
+    return (
+        f"LEFT JOIN {new_devices} n ON r.device_pk IS NULL AND r.kind IN ({kinds})"
+        " AND n.resource = r.resource AND n.device_id = r.device_id"
+    )
 
 
 EventKind = Literal[
@@ -139,6 +138,14 @@ class EventLog:
         (`write_together`, as `write_with` says); the alerts' outbox is not among them."""
         together = list(writes)
         if self.rows:
-            computed = None if new_devices is None else _pk_of_new_device(new_devices)
-            together.append(_INSERT_EVENTS.write(self.rows, returning="1", computed=computed))
+            if new_devices is None:
+                insert = _INSERT_EVENTS.write(self.rows, returning="1")
+            else:
+                insert = _INSERT_EVENTS.write(
+                    self.rows,
+                    returning="1",
+                    computed=_PK_OF_NEW_DEVICE,
+                    join=_join_new_devices(new_devices),
+                )
+            together.append(insert)
         return together

@@ -569,3 +569,20 @@ def test_the_listandwatch_content_hash_is_the_standard_librarys_serialisation() 
         devices = [dev("gpu-0", numa=[1, 0, 1]), dev(device_id, "Unhealthy", numa=[0]), dev("x")]
         snapshot = ListAndWatchSnapshot.model_validate(listandwatch("node-d", devices, 1, **extra))
         assert snapshot.content_hash() == listandwatch_dumped_hash(snapshot), device_id
+
+
+def test_each_new_device_keeps_its_own_added_event_in_the_snapshots_order(api: Api) -> None:
+    """A new node's devices and their device_added events come in one statement: the events
+    keep the snapshot's order, and each device's history holds its own event, whatever order
+    the database matched them in."""
+    listed = [f"gpu-{i}" for i in (3, 0, 7, 1, 5, 2, 6, 4)]
+    health = {"gpu-7": "Unhealthy", "gpu-2": "Unhealthy"}
+    devices = [dev(device_id, health.get(device_id, "Healthy")) for device_id in listed]
+    api.ingest_listandwatch(listandwatch("node-new", devices, 1))
+    added = api.get("/api/v1/events", kind="device_added", node="node-new", limit=100)["results"]
+    assert [e["device_id"] for e in reversed(added)] == listed
+    for device in api.devices(node="node-new"):
+        history = api.get(f"/api/v1/devices/{device['id']}")["health_history"]
+        assert [(h["kind"], h["health"]) for h in history] == [
+            ("device_added", health.get(device["device_id"], "Healthy"))
+        ], device["device_id"]
