@@ -34,9 +34,13 @@ async def apply_in_two_round_trips(
     pool: AsyncConnectionPool[AsyncConnection[Any]],
     reads: Sequence[DriverCall],
     close: Callable[[ReadRows], DriverCall],
+    *,
+    prepare_reads: bool | None = None,
 ) -> bool:
     """BEGIN and `reads` (sent together; each runs after the one before, so a read after a
     row lock runs under it), then the statement `close` makes of their rows, and COMMIT.
+    `prepare_reads=False` has the server plan the reads for each call, where a plan it would
+    cache could outlive the table sizes it was made for.
 
     False, having changed nothing, when `close` raised FullPathNeeded, when no connection
     came in time, or when the server dropped the connection. Any other error of `close` or
@@ -48,7 +52,10 @@ async def apply_in_two_round_trips(
                 # and on exit, two round trips more.
                 async with connection.pipeline():
                     await connection.execute("BEGIN")
-                    cursors = [await connection.execute(sql, values) for sql, values in reads]
+                    cursors = [
+                        await connection.execute(sql, values, prepare=prepare_reads)
+                        for sql, values in reads
+                    ]
                     rows: ReadRows = [await cursor.fetchall() for cursor in cursors]
                     sql, values = close(rows)
                     await connection.execute(sql, values)
