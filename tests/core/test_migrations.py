@@ -12,11 +12,11 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
 from app.db import create_db_engine
-from app.inventory.models import Base
+from app.inventory.models import DEVICES_FILLFACTOR, Base
 from app.migrate import compares_on, downgrade_to_base, upgrade_to_head
 
 
@@ -85,6 +85,19 @@ def test_upgrade_matches_models_and_downgrade_removes_everything(empty_database_
     # And back up again from nothing, as a fresh install would.
     upgrade_to_head(url)
     assert schema_diff(url) == []
+    if url.startswith("postgresql"):
+        # Storage parameters are not among what the schema comparison compares.
+        assert table_options(url, "devices") == [f"fillfactor={DEVICES_FILLFACTOR}"]
+
+
+def table_options(url: str, table: str) -> list[str]:
+    engine = create_db_engine(url)
+    try:
+        with engine.connect() as conn:
+            query = text("SELECT reloptions FROM pg_class WHERE relname = :table")
+            return list(conn.execute(query, {"table": table}).scalar_one() or [])
+    finally:
+        engine.dispose()
 
 
 # Waits for the go file, so that every process starts migrating at the same moment.
