@@ -183,9 +183,6 @@ async def _answer_early(request: Request, kind: str, form: SnapshotForm) -> Resp
     if not isinstance(body, dict):
         return None
     state = service_state(request.app)
-    # A stream this process has not stored (a new node's) has no repeat to know: the digest,
-    # the place and the caller's node are not worth checking. Its next snapshot is not known
-    # as a repeat either, but stores its digest, for the one after.
     node, stream = body.get("node"), form.stream(body)
     if (
         isinstance(node, str)
@@ -195,6 +192,11 @@ async def _answer_early(request: Request, kind: str, form: SnapshotForm) -> Resp
         answer = await _record_repeat(request, kind, form.place, body)
         if answer is not None:
             return answer
+    elif (digest := repeat_digest(body)) is not None:
+        # A stream this process has not stored (a new node's) has no repeat to know: the
+        # place and the caller's node are not worth checking. Its digest is stored with it,
+        # so that its next snapshot, an agent's repeat most often, is known as one.
+        setattr(request.state, REPEAT_DIGEST, digest)
     try:
         snapshot = form.snapshot.model_validate(body)
     except ValidationError:
