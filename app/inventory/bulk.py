@@ -29,9 +29,7 @@ _DIALECT = postgresql.dialect()
 class BulkInsert:
     """Inserts rows into `table`. `shared` names the columns that hold the same value in every
     row; `per_row` the others, whose values must be JSON types (text, numbers, objects) or None.
-
-    `around` wraps the PostgreSQL statement: a template with `{insert}` where the INSERT goes,
-    for a caller that does more in the same statement."""
+    """
 
     def __init__(
         self,
@@ -39,7 +37,6 @@ class BulkInsert:
         *,
         shared: Sequence[str],
         per_row: Sequence[str],
-        around: str = "{insert}",
     ) -> None:
         self.shared = tuple(shared)
         self.per_row = tuple(per_row)
@@ -55,7 +52,7 @@ class BulkInsert:
             *(bindparam(name, type_=table.c[name].type) for name in shared),
             bindparam(self._rows, type_=JsonbParameter()),
         )
-        self._from_json = text(around.format(insert=self._json_insert)).bindparams(*self._binds)
+        self._from_json = text(self._json_insert).bindparams(*self._binds)
 
     def execute(self, session: Session, rows: Sequence[dict[str, Any]]) -> None:
         """Insert `rows`, each a whole row; the shared values are read from the first."""
@@ -127,9 +124,7 @@ class BulkInsert:
 
 class BulkInsertReturning(BulkInsert):
     """A BulkInsert that answers, for each row inserted, the `returning` columns (in no set
-    order): for a caller that needs the ids the database gave. `around` wraps the PostgreSQL
-    statement as BulkInsert's does; its `{insert}` ends in RETURNING, and the statement must
-    answer the same columns."""
+    order): for a caller that needs the ids the database gave."""
 
     def __init__(
         self,
@@ -138,13 +133,10 @@ class BulkInsertReturning(BulkInsert):
         shared: Sequence[str],
         per_row: Sequence[str],
         returning: Sequence[str],
-        around: str = "{insert}",
     ) -> None:
-        super().__init__(
-            table,
-            shared=shared,
-            per_row=per_row,
-            around=around.replace("{insert}", "{insert} RETURNING " + ", ".join(returning)),
+        super().__init__(table, shared=shared, per_row=per_row)
+        self._from_json = text(f"{self._json_insert} RETURNING {', '.join(returning)}").bindparams(
+            *self._binds
         )
         self._executemany_returning = insert(table).returning(*(table.c[n] for n in returning))
 

@@ -32,8 +32,8 @@ _INSERT_EVENTS = BulkInsert(
 )
 
 # Only these kinds always name a device row, so only their missing device_pk means a device
-# inserted by the same statement. A join, not a subquery per row: the subquery scanned every new
-# device for every event, a third of PostgreSQL's time on a new node's 56-device list.
+# inserted by the same statement. A join, not a subquery per row, which scanned every new device
+# for every event: work that grew with the square of a new node's devices.
 _DEVICE_EVENTS = ("device_added", "allocated")
 _PK_OF_NEW_DEVICE = {"device_pk": "coalesce(r.device_pk, n.id)"}
 

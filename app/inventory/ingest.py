@@ -22,7 +22,7 @@ stream (`record_repeat`): only the statement runs for it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -71,7 +71,7 @@ from app.inventory.device_lists import (
     stream_parameters,
     write_device_changes,
 )
-from app.inventory.driver_sql import DriverStatement, in_utc
+from app.inventory.driver_sql import DriverStatement
 from app.inventory.driver_transaction import (
     DriverCall,
     FullPathNeeded,
@@ -83,6 +83,7 @@ from app.inventory.podresources_driver import apply_pod_resources
 from app.inventory.receipts import (
     LOCK_TOUCH_OR_INSERT_NODE_SQL,
     PODRESOURCES_STREAM,
+    LockedNode,
     Order,
     ReceiptRecord,
     StreamReceipt,
@@ -90,6 +91,7 @@ from app.inventory.receipts import (
     find_receipt,
     listandwatch_stream,
     lock_node_seen,
+    plainly_locked_node,
     receipt_write,
     record_receipt,
     record_unchanged_snapshot,
@@ -310,14 +312,15 @@ async def apply_listed_devices(
     stale_after: timedelta | None = None,
     max_node_devices: int | None = None,
     stored: bool = True,
-) -> IngestResult | None:
+) -> EventLog | None:
     """`apply_snapshot` on PostgreSQL for a ListAndWatch snapshot without a registration or a
     derived health, from a node not back from an outage: a health flip, a new device, a new
-    stream, a new node's first snapshot. Sent on a pooled connection of the driver in two round
-    trips (`apply_in_two_round_trips`): BEGIN, the node's lock (or its insert, for a new node)
-    and the stream's read; then one statement with the new devices, the other device changes,
-    the receipt and the events, and COMMIT. The full path sends each on its own, through
-    SQLAlchemy's async adaptation, which cost about two thirds of such a snapshot's CPU.
+    stream, a new node's first snapshot; its events, as written. Sent on a pooled connection of
+    the driver in two round trips (`apply_in_two_round_trips`): BEGIN, the node's lock (or its
+    insert, for a new node) and the stream's read; then one statement with the new devices,
+    the other device changes, the receipt and the events, and COMMIT. The full path sends each
+    on its own, through SQLAlchemy's async adaptation, which cost about two thirds of such a
+    snapshot's CPU.
 
     None, having changed nothing, for any other snapshot, or when no connection came in time
     or the server dropped it: the full path then applies it. A snapshot the ordering rules or
@@ -333,11 +336,11 @@ async def apply_listed_devices(
 
     def close(rows: ReadRows) -> DriverCall:
         node_rows, stream_rows = rows
-        if not node_rows:
-            # Another transaction is inserting the node: the full path waits for its lock.
+        node = plainly_locked_node(node_rows, snapshot.node, now, log, stale_after)
+        if node is None:
             raise FullPathNeeded
         statement, values = _listed_devices_close(
-            snapshot, node_rows[0], stream_rows, content_hash, log, stale_after, max_node_devices
+            snapshot, node, stream_rows, content_hash, log, max_node_devices
         )
         return statement.sql, statement.values(values)
 
@@ -349,29 +352,21 @@ async def apply_listed_devices(
     prepare_reads = None if stored else False
     if not await apply_in_two_round_trips(pool, reads, close, prepare_reads=prepare_reads):
         return None
-    return _result_of(log)
+    return log
 
 
 def _listed_devices_close(
     snapshot: ListAndWatchSnapshot,
-    node: Sequence[Any],
+    node: LockedNode,
     rows: Sequence[Sequence[Any]],
     content_hash: str,
     log: EventLog,
-    stale_after: timedelta | None,
     max_node_devices: int | None,
 ) -> tuple[DriverStatement, dict[str, Any]]:
     """`apply_listed_devices`' decisions, as `apply_snapshot` takes them, from the node's
     locked (or inserted) row and the stream's rows: the statement that closes the
     transaction."""
     now = log.at
-    node_id, last_seen, stale_since, new_node = node
-    if new_node:
-        log.add("node_added", node=snapshot.node)
-    elif stale_since is not None or (
-        stale_after is not None and now - in_utc(last_seen) > stale_after
-    ):
-        raise FullPathNeeded  # back from an outage: its events
     stream = listandwatch_stream(snapshot.resource)
     receipt, listed = stream_of_rows(rows)
     if check_order(receipt, snapshot.source, content_hash, stream) is Order.REPEAT:
@@ -380,14 +375,14 @@ def _listed_devices_close(
     inserted: list[Write] = []
     if receipt is None or receipt.content_hash != content_hash:
         device_changes, new_devices = listed_device_changes(
-            node_id, snapshot, now, log, listed, gone=set()
+            node.id, snapshot, now, log, listed, gone=set()
         )
         if new_devices:
-            elsewhere = 0 if new_node else present_elsewhere_of_rows(rows)
+            elsewhere = 0 if node.new else present_elsewhere_of_rows(rows)
             check_listed_devices_fit(snapshot, elsewhere, max_node_devices)
             inserted.append(new_devices_write(snapshot, new_devices, log))
     record = ReceiptRecord(
-        node_id, stream, snapshot.source, content_hash, snapshot.observed_at, now
+        node.id, stream, snapshot.source, content_hash, snapshot.observed_at, now
     )
     writes = inserted + _closing_writes(device_changes, [], receipt, record)
     return together(log.written_after(writes, new_devices=NEW_LISTED_DEVICES if inserted else None))
@@ -561,29 +556,24 @@ class SnapshotIngest:
             or outbox_of(database.sessions.kw.get("info", {})) is not None
         ):
             return None
+        apply: Callable[..., Awaitable[EventLog | None]]
         if isinstance(snapshot, PodResourcesSnapshot):
-            log = await apply_pod_resources(
-                database.statements,
-                snapshot,
-                content_hash=content_hash,
-                actor=actor,
-                now=utcnow(),
-                max_node_devices=self.max_node_devices,
-                stale_after=self.stale_after,
+            apply = functools.partial(apply_pod_resources, database.statements, snapshot)
+        elif self._may_apply_listed_devices(snapshot):
+            stored = self.recent.has_stored(snapshot.node, stream_of(snapshot))
+            apply = functools.partial(
+                apply_listed_devices, database.statements, snapshot, stored=stored
             )
-            return None if log is None else _result_of(log)
-        if not self._may_apply_listed_devices(snapshot):
+        else:
             return None
-        return await apply_listed_devices(
-            database.statements,
-            snapshot,
+        log = await apply(
             content_hash=content_hash,
             actor=actor,
             now=utcnow(),
-            stale_after=self.stale_after,
             max_node_devices=self.max_node_devices,
-            stored=self.recent.has_stored(snapshot.node, stream_of(snapshot)),
+            stale_after=self.stale_after,
         )
+        return None if log is None else _result_of(log)
 
     def _may_apply_listed_devices(self, snapshot: ListAndWatchSnapshot) -> bool:
         """Whether `apply_listed_devices` is worth trying: a snapshot without a registration

@@ -29,7 +29,7 @@ from app.inventory.allocations_postgresql import (
     writes_replacing_holdings,
 )
 from app.inventory.bulk import Write, together
-from app.inventory.driver_sql import DriverStatement, in_utc
+from app.inventory.driver_sql import DriverStatement
 from app.inventory.driver_transaction import (
     DriverCall,
     FullPathNeeded,
@@ -40,9 +40,11 @@ from app.inventory.events import EventLog
 from app.inventory.receipts import (
     LOCK_TOUCH_OR_INSERT_NODE_SQL,
     PODRESOURCES_STREAM,
+    LockedNode,
     Order,
     ReceiptRecord,
     check_order,
+    plainly_locked_node,
     receipt_write,
 )
 from app.inventory.schemas import PodResourcesSnapshot
@@ -79,15 +81,11 @@ async def apply_pod_resources(
 
     def close(rows: ReadRows) -> DriverCall:
         node_rows, read_rows = rows
+        node = plainly_locked_node(node_rows, snapshot.node, now, log, stale_after)
+        if node is None:
+            raise FullPathNeeded
         statement, values = _pod_resources_close(
-            snapshot,
-            listed,
-            node_rows,
-            read_rows[0],
-            content_hash,
-            log,
-            max_node_devices,
-            stale_after,
+            snapshot, listed, node, read_rows[0], content_hash, log, max_node_devices
         )
         return statement.sql, statement.values(values)
 
@@ -99,26 +97,16 @@ async def apply_pod_resources(
 def _pod_resources_close(
     snapshot: PodResourcesSnapshot,
     listed: PodsListed,
-    node_rows: Sequence[Sequence[Any]],
+    node: LockedNode,
     read: Sequence[Any],
     content_hash: str,
     log: EventLog,
     max_node_devices: int | None,
-    stale_after: timedelta | None,
 ) -> tuple[DriverStatement, dict[str, Any]]:
     """`apply_pod_resources`' decisions, as `apply_snapshot` takes them, from the node's row
     (locked, or inserted) and the receipt-and-holdings read: the statement that closes the
     transaction."""
-    if not node_rows:
-        raise FullPathNeeded  # another transaction is inserting the node: wait for it there
-    node_id, last_seen, stale_since, new = node_rows[0]
     now = log.at
-    if new:
-        log.add("node_added", node=snapshot.node)
-    elif stale_since is not None or (
-        stale_after is not None and now - in_utc(last_seen) > stale_after
-    ):
-        raise FullPathNeeded  # back from an outage: its events
     receipt, holdings = receipt_and_holdings_of(read, listed.resources)
     if check_order(receipt, snapshot.source, content_hash, PODRESOURCES_STREAM) is Order.REPEAT:
         raise FullPathNeeded  # answered as a repeat there, with the node's events
@@ -128,10 +116,10 @@ def _pod_resources_close(
         if holdings.claims_open or _lists_claims(snapshot):
             raise FullPathNeeded  # the claims are read and written statement by statement
         writes = writes_replacing_holdings(
-            node_id, snapshot.node, listed, holdings, now, log, max_node_devices=max_node_devices
+            node.id, snapshot.node, listed, holdings, now, log, max_node_devices=max_node_devices
         )
     record = ReceiptRecord(
-        node_id, PODRESOURCES_STREAM, snapshot.source, content_hash, snapshot.observed_at, now
+        node.id, PODRESOURCES_STREAM, snapshot.source, content_hash, snapshot.observed_at, now
     )
     writes.append(receipt_write(receipt, record))
     return together(log.written_after(writes, new_devices=new_devices_part(writes)))

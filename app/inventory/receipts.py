@@ -140,6 +140,29 @@ class LockedNode(NamedTuple):
     new: bool
 
 
+def plainly_locked_node(
+    rows: Sequence[Sequence[Any]],
+    name: str,
+    now: datetime,
+    log: EventLog,
+    stale_after: timedelta | None,
+) -> LockedNode | None:
+    """The node as `LOCK_TOUCH_OR_INSERT_NODE_SQL`'s rows give it, for a transaction that
+    applies only the common case: with its node_added event logged, if the statement inserted
+    it. None where `lock_node_seen` has more to do: another transaction is inserting the row
+    (it waits for that lock), or the node is back from an outage (its events)."""
+    if not rows:
+        return None
+    node_id, last_seen, stale_since, new = rows[0]
+    if new:
+        log.add("node_added", node=name)
+    elif stale_since is not None or (
+        stale_after is not None and now - in_utc(last_seen) > stale_after
+    ):
+        return None
+    return LockedNode(int(node_id), new=bool(new))
+
+
 def lock_node_seen(
     session: Session,
     name: str,
