@@ -76,12 +76,11 @@ from app.inventory.driver_transaction import (
     DriverCall,
     FullPathNeeded,
     ReadRows,
-    apply_in_two_round_trips,
+    apply_on_locked_node,
 )
 from app.inventory.events import EventLog
 from app.inventory.podresources_driver import apply_pod_resources
 from app.inventory.receipts import (
-    LOCK_TOUCH_OR_INSERT_NODE_SQL,
     PODRESOURCES_STREAM,
     LockedNode,
     Order,
@@ -91,7 +90,6 @@ from app.inventory.receipts import (
     find_receipt,
     listandwatch_stream,
     lock_node_seen,
-    plainly_locked_node,
     receipt_write,
     record_receipt,
     record_unchanged_snapshot,
@@ -316,7 +314,7 @@ async def apply_listed_devices(
     """`apply_snapshot` on PostgreSQL for a ListAndWatch snapshot without a registration or a
     derived health, from a node not back from an outage: a health flip, a new device, a new
     stream, a new node's first snapshot; its events, as written. Sent on a pooled connection of
-    the driver in two round trips (`apply_in_two_round_trips`): BEGIN, the node's lock (or its
+    the driver in two round trips (`apply_on_locked_node`): BEGIN, the node's lock (or its
     insert, for a new node) and the stream's read; then one statement with the new devices,
     the other device changes, the receipt and the events, and COMMIT. The full path sends each
     on its own, through SQLAlchemy's async adaptation, which cost about two thirds of such a
@@ -328,19 +326,11 @@ async def apply_listed_devices(
     stored the stream's last snapshot (`RecentContent.has_stored`)."""
     parameters = {**stream_parameters(snapshot), "node_name": snapshot.node, "now": now}
     log = EventLog(at=now, actor=actor)
-    reads = [
-        # The read runs after the lock is taken, or the node's row inserted.
-        (LOCK_TOUCH_OR_INSERT_NODE_SQL.sql, LOCK_TOUCH_OR_INSERT_NODE_SQL.values(parameters)),
-        (STREAM_OF_NAMED_NODE.sql, STREAM_OF_NAMED_NODE.values(parameters)),
-    ]
+    read = (STREAM_OF_NAMED_NODE.sql, STREAM_OF_NAMED_NODE.values(parameters))
 
-    def close(rows: ReadRows) -> DriverCall:
-        node_rows, stream_rows = rows
-        node = plainly_locked_node(node_rows, snapshot.node, now, log, stale_after)
-        if node is None:
-            raise FullPathNeeded
+    def close(node: LockedNode, rows: ReadRows) -> DriverCall:
         statement, values = _listed_devices_close(
-            snapshot, node, stream_rows, content_hash, log, max_node_devices
+            snapshot, node, rows, content_hash, log, max_node_devices
         )
         return statement.sql, statement.values(values)
 
@@ -349,10 +339,16 @@ async def apply_listed_devices(
     # until their next ANALYZE, and a new node's first round trip went from 3 to 33 ms over
     # 2,000 new nodes without autovacuum. A flip's reads stay prepared: planning them each
     # time cost the database more than they did.
-    prepare_reads = None if stored else False
-    if not await apply_in_two_round_trips(pool, reads, close, prepare_reads=prepare_reads):
-        return None
-    return log
+    applied = await apply_on_locked_node(
+        pool,
+        snapshot.node,
+        log,
+        read,
+        close,
+        stale_after=stale_after,
+        prepare_read=None if stored else False,
+    )
+    return log if applied else None
 
 
 def _listed_devices_close(

@@ -1,5 +1,5 @@
 """A changed PodResources snapshot's whole transaction on a pooled connection of the driver, in
-two round trips (`apply_in_two_round_trips`, app/inventory/driver_transaction.py): BEGIN, the
+two round trips (`apply_on_locked_node`, app/inventory/driver_transaction.py): BEGIN, the
 node's lock (or, for a node not known yet, the insert of its row) and the read of the stream's
 receipt and the node's holdings; then the one statement that writes the allocation changes,
 the allocatable sets, the devices first named here, the receipt and the events, and COMMIT.
@@ -34,17 +34,15 @@ from app.inventory.driver_transaction import (
     DriverCall,
     FullPathNeeded,
     ReadRows,
-    apply_in_two_round_trips,
+    apply_on_locked_node,
 )
 from app.inventory.events import EventLog
 from app.inventory.receipts import (
-    LOCK_TOUCH_OR_INSERT_NODE_SQL,
     PODRESOURCES_STREAM,
     LockedNode,
     Order,
     ReceiptRecord,
     check_order,
-    plainly_locked_node,
     receipt_write,
 )
 from app.inventory.schemas import PodResourcesSnapshot
@@ -73,23 +71,17 @@ async def apply_pod_resources(
         **receipt_and_holdings_parameters(PODRESOURCES_STREAM, content_hash, listed.resources),
     }
     log = EventLog(at=now, actor=actor)
-    reads = [
-        # The read runs after the node's row is locked, or inserted.
-        (LOCK_TOUCH_OR_INSERT_NODE_SQL.sql, LOCK_TOUCH_OR_INSERT_NODE_SQL.values(parameters)),
-        (READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE, parameters),
-    ]
+    read = (READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE, parameters)
 
-    def close(rows: ReadRows) -> DriverCall:
-        node_rows, read_rows = rows
-        node = plainly_locked_node(node_rows, snapshot.node, now, log, stale_after)
-        if node is None:
-            raise FullPathNeeded
+    def close(node: LockedNode, rows: ReadRows) -> DriverCall:
         statement, values = _pod_resources_close(
-            snapshot, listed, node, read_rows[0], content_hash, log, max_node_devices
+            snapshot, listed, node, rows[0], content_hash, log, max_node_devices
         )
         return statement.sql, statement.values(values)
 
-    if not await apply_in_two_round_trips(pool, reads, close):
+    if not await apply_on_locked_node(
+        pool, snapshot.node, log, read, close, stale_after=stale_after
+    ):
         return None
     return log
 
