@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import utcnow
 from app.config import Settings
+from app.db import is_postgresql
 from app.inventory.freshness import Freshness
 from app.web.state import service_state
 
@@ -26,7 +27,21 @@ async def get_session_factory(request: Request) -> sessionmaker[Session]:
 def read_session(
     factory: Annotated[sessionmaker[Session], Depends(get_session_factory)],
 ) -> Iterator[Session]:
+    """A session whose reads all see one moment of the database.
+
+    A page reads a device's health and its history in separate statements. PostgreSQL's default
+    isolation takes a new snapshot per statement, so an ingest committing in between could show
+    the new health beside the old history. SQLite's deferred transaction already reads from one
+    snapshot. Read-only, so a read route that tried to write would fail loudly.
+    """
     with factory() as session:
+        if is_postgresql(factory.kw["bind"]):
+            session.connection(
+                execution_options={
+                    "isolation_level": "REPEATABLE READ",
+                    "postgresql_readonly": True,
+                }
+            )
         yield session
 
 
