@@ -34,7 +34,12 @@ def workload_pod_names(root: Path, seed: int, steps: int) -> list[str]:
     # A long interval: the test drives the steps itself.
     with SimNode(root, specs, workload_seed=seed, workload_interval=3600) as node:
         assert node.workload is not None
-        wait_until(lambda: len(node.kubelet.manager.allocatable()) == 2)
+        # Every device, not only both resources: admission decides on the healthy ones.
+        wait_until(
+            lambda: (
+                node.kubelet.manager.allocatable() == {"example.com/dongle": 4, "nvidia.com/gpu": 4}
+            )
+        )
         seen: list[str] = []
         for _ in range(steps):
             node.workload.step()
