@@ -13,7 +13,6 @@ file lock beside the database file, which the kernel releases when the process e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import logging
 import os
@@ -103,9 +102,7 @@ class Leadership:
                     break
         finally:
             self.leading = False
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_work(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("leader work failed", exc_info=task.exception())
 
@@ -116,9 +113,25 @@ async def _try_advisory_lock(conn: psycopg.AsyncConnection[Any]) -> bool:
     return bool(row and row[0])
 
 
+async def stop_work(task: asyncio.Task[None]) -> None:
+    """Cancels the leader's work and waits for it to end. The work's cancellation ends here;
+    the caller's own (a shutdown, arriving while the work was ending) goes on: swallowed, it
+    would leave the caller electing for ever and the shutdown waiting on it."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        caller = asyncio.current_task()
+        if caller is not None and caller.cancelling():
+            raise
+
+
 async def _still_connected(conn: psycopg.AsyncConnection[Any]) -> bool:
     try:
-        await asyncio.wait_for(conn.execute("SELECT 1"), CHECK_SECONDS)
+        # Not asyncio.wait_for: on Python 3.11 it returns the statement's result when its
+        # caller is cancelled just as the statement ends, and the cancellation is lost.
+        async with asyncio.timeout(CHECK_SECONDS):
+            await conn.execute("SELECT 1")
     except (psycopg.Error, TimeoutError):
         return False
     return True

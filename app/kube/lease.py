@@ -35,6 +35,7 @@ from kubernetes.config.config_exception import ConfigException
 from app.config import KubeMode, Settings
 from app.kube.client import KubeApi
 from app.kube.errors import ApiStatus, ApiUnreachable
+from app.leadership import stop_work
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +158,7 @@ class LeaseElection:
                     break
         finally:
             self.leading = False
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_work(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("leader work failed", exc_info=task.exception())
 
