@@ -43,6 +43,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on 127.0.0.1:`port`.
+
+    free_port() reserves nothing: until a service binds its port (seconds, on a busy machine),
+    another test process may pick the same one and serve there, and then answers every
+    request meant for this one; only the socket's owner tells them apart.
+    """
+    address = f"0100007F:{port:04X}"  # 127.0.0.1 as /proc/net/tcp writes it
+    listening = set()
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == address and fields[3] == "0A":  # 0A: LISTEN
+                listening.add(f"socket:[{fields[9]}]")
+    if not listening:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in listening:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 class Process:
     """A child process whose output goes to a log file; stop() ends it with SIGTERM."""
 
@@ -98,6 +127,10 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
+class PortTaken(Exception):
+    """Another process bound the port picked for the service before it did."""
+
+
 class Service:
     """`devicedeck serve` on a fixed port, restartable on the same port and database."""
 
@@ -108,8 +141,21 @@ class Service:
         self._log_dir = log_dir
         self._process: Process | None = None
         self.starts = 0
+        # A port picked here may go to another process before the first start binds it; one
+        # given by the caller, or used already, is the service's address and is kept.
+        self._port_may_change = port is None
 
     def start(self) -> None:
+        for _ in range(5):
+            if self._start_once():
+                self._port_may_change = False
+                return
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+        raise AssertionError(f"every port picked was taken:\n{self.output()}")
+
+    def _start_once(self) -> bool:
+        """True once the service serves; False if its port, still free to change, was taken."""
         self.starts += 1
         argv = [DEVICEDECK, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         if self.starts > 1:
@@ -118,14 +164,24 @@ class Service:
         self._process.start()
         try:
             wait_until(self._ready, message=f"service on port {self.port}")
+        except PortTaken:
+            self.stop()
+            return False
         except BaseException:
             self.stop()
             raise
+        return True
 
     def _ready(self) -> bool:
         assert self._process is not None
         if not self._process.alive():
-            raise AssertionError(f"service exited:\n{self._process.output()}")
+            output = self._process.output()
+            if self._port_may_change and "address already in use" in output:
+                raise PortTaken(self.port)
+            raise AssertionError(f"service exited:\n{output}")
+        # Whoever else listens on the port answers too; only this process's socket counts.
+        if not listens_on(self._process.pid, self.port):
+            return False
         try:
             return httpx.get(f"{self.url}/livez", timeout=1).status_code == 200
         except httpx.HTTPError:
