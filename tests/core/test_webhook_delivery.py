@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from agent.helpers import Service, free_port
+from agent.helpers import Service
 from sqlalchemy.orm import Session, sessionmaker
 
 from .conftest import wait_until
@@ -36,7 +36,7 @@ def all_delivered(session_factory: sessionmaker[Session], count: int) -> bool:
 def test_notifications_queued_while_the_receiver_is_down_are_sent_after_a_restart(
     database_url: str, tmp_path: Path, session_factory: sessionmaker[Session]
 ) -> None:
-    receiver = WebhookReceiver(port=free_port())  # nothing listens there yet
+    receiver = WebhookReceiver().reserve()  # nothing listens there yet
     service = Service(database_url, tmp_path)
     service.env["DEVICEDECK_WEBHOOK_URL"] = receiver.url
     service.start()

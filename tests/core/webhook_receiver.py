@@ -59,15 +59,34 @@ class WebhookReceiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.port = self._server.server_address[1]
+        if self._server is None:
+            self.reserve()
+        assert self._server is not None
+        self._server.RequestHandlerClass = Handler
+        self._server.server_activate()
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self
 
+    def reserve(self) -> WebhookReceiver:
+        """Binds the port without listening: until start(), connections are refused, as by a
+        receiver that is down, and no other process can take the port meanwhile."""
+        self._server = ThreadingHTTPServer(
+            ("127.0.0.1", self.port), BaseHTTPRequestHandler, bind_and_activate=False
+        )
+        try:
+            self._server.server_bind()
+        except BaseException:
+            self._server.server_close()
+            self._server = None
+            raise
+        self.port = self._server.server_address[1]
+        return self
+
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
+            if self._thread is not None:
+                self._server.shutdown()
             self._server.server_close()
             self._server = None
         if self._thread is not None:
