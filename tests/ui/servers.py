@@ -19,19 +19,13 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from agent.helpers import free_port, listens_on
 from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 60.0, what: str = "it") -> None:
@@ -53,12 +47,16 @@ def _answers(url: str) -> bool:
 def threaded_server(settings: Settings) -> Iterator[tuple[str, FastAPI]]:
     """The app under uvicorn in a thread; yields (base URL, app)."""
     app = create_app(settings)
-    port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="on"
-    )
+    # Bound here and handed over, so no other test process can take the port before the
+    # server listens on it.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    port: int = listener.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [listener]}, name=f"uvicorn-{port}", daemon=True
+    )
     thread.start()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -72,6 +70,7 @@ def threaded_server(settings: Settings) -> Iterator[tuple[str, FastAPI]]:
             hub.close_threadsafe()
         server.should_exit = True
         thread.join(timeout=20)
+        listener.close()
         assert not thread.is_alive(), "the server thread did not stop"
 
 
@@ -106,7 +105,8 @@ class ServedProcess:
 
     def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
-        while not _answers(self.url):
+        # Whoever else took the port meanwhile answers too; only this process's socket counts.
+        while not (listens_on(self.process.pid, self.port) and _answers(self.url)):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"server did not start:\n{self.log_path.read_text()}")
             time.sleep(0.05)
