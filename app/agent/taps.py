@@ -97,7 +97,12 @@ class ResourceTap(StreamThread):
                 streamed_for = 0.0
             if streamed_for >= STABLE_STREAM_SECONDS:
                 self._backoff.reset()
-            self._wait_for_socket_change(seen_events, self._backoff.next_delay())
+            if self._wait_for_socket_change(seen_events, self._backoff.next_delay()):
+                # A changed socket is a plugin (or kubelet) that owes nothing to earlier
+                # failures. A new socket's file exists from bind(), before the plugin listens,
+                # so the try it wakes can be refused; the retry must then come soon, not after
+                # the back-off built up while the plugin was away.
+                self._backoff.reset()
 
     def _connect_once(self) -> float:
         """Try the candidates in order until one streams; returns how long it streamed."""
@@ -117,13 +122,15 @@ class ResourceTap(StreamThread):
                 return streamed_for
         return 0.0
 
-    def _wait_for_socket_change(self, seen_events: int, delay: float) -> None:
+    def _wait_for_socket_change(self, seen_events: int, delay: float) -> bool:
+        """Wait out `delay`; True when a socket change ended the wait early."""
         # A socket created meanwhile is worth trying at once.
         with self._cond:
             self._cond.wait_for(
                 lambda: self._stopping or self._socket_events != seen_events,
                 timeout=max(delay, 0.05),
             )
+            return self._socket_events != seen_events
 
     def _stream(self, candidate: Candidate, known: set[str]) -> tuple[bool, float]:
         """Stream from one candidate socket. Returns (accepted, seconds streamed)."""

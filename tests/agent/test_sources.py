@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +20,10 @@ from app.agent.metrics import AgentMetrics
 from app.agent.plugin_sockets import TapSpec, candidates, registry_endpoint
 from app.agent.taps import ResourceTap
 from app.kubelet.deviceplugin import DevicePluginServer, PluginDevice
-from app.kubelet.paths import KubeletPaths, unix_target
+from app.kubelet.paths import KubeletPaths, default_plugin_socket_name, unix_target
 from app.kubelet.proto import pluginregistration_pb2 as preg
 from app.kubelet.proto import pluginregistration_pb2_grpc as preg_grpc
-from app.retry import Backoff
+from app.retry import NO_JITTER, Backoff
 
 from .fakes import RateLimitedPodResources
 from .helpers import wait_until
@@ -147,6 +148,56 @@ def test_probing_finds_the_plugin_by_its_devices_and_leaves_others_alone(
     # The y plugin was probed (its name is unknown to this tap) but let go at once.
     assert plugins["example.com/y"].wait_for_streams(0, timeout=60)
     assert tap.socket is None
+
+
+def test_a_tap_woken_by_a_new_socket_retries_soon_when_the_plugin_is_not_listening_yet(
+    paths: KubeletPaths,
+) -> None:
+    resource = "example.com/x"
+    socket_path = paths.device_plugins_dir / default_plugin_socket_name(resource)
+    metrics = AgentMetrics()
+    messages: list[list[dict[str, Any]]] = []
+    # The back-off a long plugin outage builds up: ten minutes, exactly.
+    backoff = Backoff(0.05, 600, jitter=NO_JITTER)
+    backoff.failures = 20
+    tap = ResourceTap(
+        paths,
+        TapSpec(resource),
+        metrics,
+        backoff=backoff,
+        known_devices=lambda resource: set(),
+        known_resources=lambda: {resource},
+        claimed_elsewhere=lambda tap, path: False,
+        on_message=lambda resource, devices, plugin: messages.append(devices),
+        on_disconnect=lambda resource: None,
+    )
+
+    def refused() -> float:
+        labels = {"call": "ListAndWatch", "code": "UNAVAILABLE"}
+        return (
+            metrics.registry.get_sample_value("devicedeck_agent_kubelet_call_errors_total", labels)
+            or 0.0
+        )
+
+    plugin = DevicePluginServer(
+        resource, device_plugins_dir=paths.device_plugins_dir, devices=[PluginDevice("x0")]
+    )
+    tap.start()
+    try:
+        # No socket yet: the tap found nothing and waits out its back-off.
+        wait_until(lambda: backoff.failures > 20, message="the tap's first try")
+        # A plugin between bind() and listen(): its socket is there and refuses connections.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as early:
+            early.bind(str(socket_path))
+            tap.sockets_changed()
+            wait_until(refused, message="the tap refused by the socket it was woken for")
+        # The plugin serves on that path now, and no other socket event comes.
+        plugin.start()
+        wait_until(lambda: messages, message="the tap streaming from the plugin")
+    finally:
+        tap.stop()
+        plugin.stop(grace=0)
+    assert messages[0] == [{"ID": "x0", "health": "Healthy"}]
 
 
 class Registration(preg_grpc.RegistrationServicer):
