@@ -163,7 +163,8 @@ class Service:
         self._process = Process(f"service-{self.starts}", argv, self._log_dir, self.env)
         self._process.start()
         try:
-            wait_until(self._ready, message=f"service on port {self.port}")
+            # Its first start migrates a new database: slow while every core is busy.
+            wait_until(self._ready, timeout=120, message=f"service on port {self.port}")
         except PortTaken:
             self.stop()
             return False

@@ -55,7 +55,15 @@ def test_devices_pods_and_health_reach_the_service(
         "127.0.0.1",
     )
 
-    wait_until(lambda: counts(api, node_name) == (10, 2), message="devices, pods")
+    # Until the tap's first snapshot, the dongles' health is derived from the kubelet's view.
+    wait_until(
+        lambda: (
+            counts(api, node_name) == (10, 2)
+            and {d["health_source"] for (r, _), d in api.devices(node_name).items() if r == DONGLE}
+            == {"plugin"}
+        ),
+        message="devices, pods, and the tapped plugin's own health",
+    )
 
     status = node.control({"op": "node.status"})["resources"]
     devices = api.devices(node_name)
