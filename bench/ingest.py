@@ -71,7 +71,7 @@ def migrate_and_create_token(env: dict[str, str], checkout: Path) -> str:
             "token",
             "create",
             "--name",
-            f"bench-{os.getpid()}",
+            f"bench-{os.getpid()}-{time.monotonic_ns()}",
             "--scope",
             "ingest",
             "--scope",
@@ -87,14 +87,17 @@ def migrate_and_create_token(env: dict[str, str], checkout: Path) -> str:
     return made.stdout.strip().splitlines()[-1]
 
 
-def start_service(url: str, port: int, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_service(
+    url: str, port: int, workdir: Path, checkout: Path = ROOT
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`devicedeck serve` of `checkout`'s code (run with this virtualenv), once it answers."""
     env = {**os.environ, "DEVICEDECK_DATABASE_URL": url, "DEVICEDECK_LOG_LEVEL": "WARNING"}
-    token = migrate_and_create_token(env, ROOT)
+    token = migrate_and_create_token(env, checkout)
     log = open(workdir / "service.log", "wb")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(
         [*DEVICEDECK, "serve", "--port", str(port), "--no-migrate"],
         env=env,
-        cwd=ROOT,
+        cwd=checkout,
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -4,9 +4,9 @@
     git worktree add /tmp/before <commit>
     .venv/bin/python bench/reads_ab.py --other /tmp/before --rounds 60
 
-Starts `devicedeck serve` (one worker, auth on) from this checkout and from the other one, both
-on the database a bench/scale.py run filled, then sends each request to one and then the other,
-alternating which goes first, over one keep-alive connection each. Both see the same machine at
+Starts `devicedeck serve` (one worker, auth on) of this checkout's code and of the other's (both
+run with this virtualenv) on the database a bench/scale.py run filled, then sends each request to
+one and then the other, alternating which goes first, over one keep-alive connection each. Both see the same machine at
 the same moment, so the ratio of their median wall times holds while the machine's speed swings.
 """
 
@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from ingest import ROOT, free_port, migrate_and_create_token
+from ingest import ROOT, free_port, start_service, stop_service
 from query_cpu import SCALE_DATABASE
 
 PATHS = (
@@ -39,32 +38,6 @@ PATHS = (
 )
 
 
-def start(checkout: Path, url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {**os.environ, "DEVICEDECK_DATABASE_URL": url, "DEVICEDECK_LOG_LEVEL": "WARNING"}
-    # The fleet was filled long ago: its nodes must not turn stale while this runs.
-    env["DEVICEDECK_STALE_AFTER"] = "86400"
-    python = checkout / ".venv" / "bin" / "python"
-    log = open(workdir / f"service-{port}.log", "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(
-        [str(python), "-m", "app.cli", "serve", "--port", str(port), "--no-migrate"],
-        env=env,
-        cwd=checkout,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/livez", timeout=1).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise SystemExit(f"the service of {checkout} did not start; see {log.name}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -75,15 +48,21 @@ def main() -> None:
     parser.add_argument("--path", action="append", help="a request path (repeatable)")
     args = parser.parse_args()
 
-    env = {**os.environ, "DEVICEDECK_DATABASE_URL": args.database_url}
-    token = migrate_and_create_token(env, ROOT)
-    headers = {"Authorization": f"Bearer {token}"}
-    workdir = Path(tempfile.mkdtemp(prefix="devicedeck-reads-ab-"))
-    started = [
-        start(ROOT, args.database_url, workdir),
-        start(args.other, args.database_url, workdir),
+    # The fleet was filled long ago: its nodes must not turn stale while this runs.
+    os.environ["DEVICEDECK_STALE_AFTER"] = "86400"
+    started = []
+    for checkout in (ROOT, args.other):
+        port, workdir = free_port(), Path(tempfile.mkdtemp(prefix="devicedeck-reads-ab-"))
+        process, token = start_service(args.database_url, port, workdir, checkout)
+        started.append((process, workdir, port, token))
+    clients = [
+        httpx.Client(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        )
+        for _, _, port, token in started
     ]
-    clients = [httpx.Client(base_url=base, headers=headers, timeout=60) for _, base in started]
     try:
         print(f"{'path':66s} {'this ms':>8s} {'other ms':>8s} {'ratio':>6s}")
         ratios = []
@@ -104,9 +83,8 @@ def main() -> None:
     finally:
         for client in clients:
             client.close()
-        for process, _ in started:
-            process.terminate()
-            process.wait(timeout=30)
+        for process, workdir, _, _ in started:
+            stop_service(process, workdir)
 
 
 if __name__ == "__main__":
