@@ -6,8 +6,9 @@
 
 Starts `devicedeck serve` (one worker, auth on) of this checkout's code and of the other's (both
 run with this virtualenv) on the database a bench/scale.py run filled, then sends each request to
-one and then the other, alternating which goes first, over one keep-alive connection each. Both see the same machine at
-the same moment, so the ratio of their median wall times holds while the machine's speed swings.
+one and then the other, alternating which goes first, over one keep-alive connection each. Both
+see the same machine at the same moment, so the ratio of their median wall times holds while the
+machine's speed swings.
 """
 
 from __future__ import annotations
