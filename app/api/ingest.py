@@ -182,21 +182,19 @@ async def _answer_early(request: Request, kind: str, form: SnapshotForm) -> Resp
         return None  # the route parses the body again and answers as it always does
     if not isinstance(body, dict):
         return None
-    state = service_state(request.app)
-    node, stream = body.get("node"), form.stream(body)
-    if (
-        isinstance(node, str)
-        and stream is not None
-        and state.ingest.recent.has_stored(node, stream)
-    ):
-        answer = await _record_repeat(request, kind, form.place, body)
-        if answer is not None:
-            return answer
-    elif (digest := repeat_digest(body)) is not None:
-        # A stream this process has not stored (a new node's) has no repeat to know: the
-        # place and the caller's node are not worth checking. Its digest is stored with it,
-        # so that its next snapshot, an agent's repeat most often, is known as one.
+    digest = repeat_digest(body)
+    if digest is not None:
+        # Stored with the snapshot, so that the stream's next one, an agent's repeat most
+        # often, is known as one.
         setattr(request.state, REPEAT_DIGEST, digest)
+        # A stream this process has not stored (a new node's) has no repeat to know: the
+        # place and the caller's node are not worth checking.
+        node, stream = body.get("node"), form.stream(body)
+        recent = service_state(request.app).ingest.recent
+        if isinstance(node, str) and stream is not None and recent.has_stored(node, stream):
+            answer = await _record_repeat(request, kind, form.place, body, digest)
+            if answer is not None:
+                return answer
     try:
         snapshot = form.snapshot.model_validate(body)
     except ValidationError:
@@ -206,13 +204,13 @@ async def _answer_early(request: Request, kind: str, form: SnapshotForm) -> Resp
 
 
 async def _record_repeat(
-    request: Request, kind: str, place_of: type[SnapshotPlace], body: dict[str, Any]
+    request: Request,
+    kind: str,
+    place_of: type[SnapshotPlace],
+    body: dict[str, Any],
+    digest: bytes,
 ) -> Response | None:
-    """The answer to a repeat recorded unchanged, or None."""
-    digest = repeat_digest(body)
-    if digest is None:
-        return None
-    setattr(request.state, REPEAT_DIGEST, digest)
+    """The answer to a repeat, `body` of digest `digest`, recorded unchanged, or None."""
     try:
         place = place_of.model_validate(body)
     except ValidationError:
