@@ -140,6 +140,15 @@ class LockedNode(NamedTuple):
     new: bool
 
 
+def _went_silent_stale(
+    last_seen: datetime, now: datetime, stale_after: timedelta | None
+) -> datetime | None:
+    """When a node last seen at `last_seen` turned stale, if it has by `now`, marked or not."""
+    if stale_after is None or now - last_seen <= stale_after:
+        return None
+    return last_seen + stale_after
+
+
 def plainly_locked_node(
     rows: Sequence[Sequence[Any]],
     name: str,
@@ -156,9 +165,7 @@ def plainly_locked_node(
     node_id, last_seen, stale_since, new = rows[0]
     if new:
         log.add("node_added", node=name)
-    elif stale_since is not None or (
-        stale_after is not None and now - in_utc(last_seen) > stale_after
-    ):
+    elif stale_since is not None or _went_silent_stale(in_utc(last_seen), now, stale_after):
         return None
     return LockedNode(int(node_id), new=bool(new))
 
@@ -197,8 +204,10 @@ def lock_node_seen(
     node_id, last_seen, stale_since = row[0], in_utc(row[1]), in_utc(row[2])
     if not postgresql:
         session.execute(_TOUCH_NODE, {"for_node": node_id, "now": now})
-    if stale_since is None and stale_after is not None and now - last_seen > stale_after:
-        stale_since = last_seen + stale_after
+    if (
+        stale_since is None
+        and (stale_since := _went_silent_stale(last_seen, now, stale_after)) is not None
+    ):
         # Its own log: the events of one log share their time, and this one is in the past.
         outage = EventLog(at=stale_since, actor=log.actor)
         outage.add("node_stale", node=name, before={"last_seen": last_seen.isoformat()})
