@@ -17,7 +17,7 @@ RUN python -m venv /opt/build \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --require-hashes -r requirements/runtime.txt
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
-COPY app ./app
+COPY devicedeck ./devicedeck
 COPY migrations ./migrations
 COPY templates ./templates
 COPY static ./static

@@ -58,11 +58,11 @@ pytest: $(PY_STAMP) $(JS_STAMP)
 test: lint typecheck pytest
 
 protos: $(PY_STAMP)
-	$(BIN)/python -m app.kubelet.generate
+	$(BIN)/python -m devicedeck.kubelet.generate
 
 # Rewrites static/vendor/ from the npm packages package-lock.json pins (after a change there).
 assets: $(RUNTIME_STAMP)
-	$(BIN)/python -m app.ui.assets
+	$(BIN)/python -m devicedeck.ui.assets
 
 # Re-resolves the lock files from pyproject.toml (after a change to its dependencies).
 lock: $(PY_STAMP)

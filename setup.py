@@ -1,5 +1,5 @@
 """The build step pyproject.toml cannot declare: migrations/, templates/ and static/ go into the
-wheel as app/bundled/, where app/resources.py looks for them. Everything else is in
+wheel as devicedeck/bundled/, where devicedeck/resources.py looks for them. Everything else is in
 pyproject.toml."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class BuildPyWithResources(build_py):
         super().run()
         if self.editable_mode:  # an editable install reads the folders where they are
             return
-        bundled = Path(self.build_lib) / "app" / "bundled"
+        bundled = Path(self.build_lib) / "devicedeck" / "bundled"
         for name in RESOURCE_DIRS:
             shutil.rmtree(bundled / name, ignore_errors=True)
             shutil.copytree(

@@ -32,9 +32,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.sim.kubelet.control import ControlError, call, control_socket_path  # noqa: E402
+from devicedeck.sim.kubelet.control import ControlError, call, control_socket_path  # noqa: E402
 
-DEVICEDECK = [sys.executable, "-m", "app.cli"]
+DEVICEDECK = [sys.executable, "-m", "devicedeck.cli"]
 RESOURCE = "example.com/gpu"
 NODE = "bench-node"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -36,7 +36,7 @@ import httpx
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
-DEVICEDECK = [sys.executable, "-m", "app.cli"]
+DEVICEDECK = [sys.executable, "-m", "devicedeck.cli"]
 DEVICES_PER_NODE = 8
 RESOURCE = "example.com/gpu"
 

@@ -42,8 +42,8 @@ async def serve_blocks(database: str, plugin: bool) -> None:
     """Child: set up, print "ready", then run one block of each kind per line read from stdin
     and print, per kind, CPU and wall milliseconds per snapshot; an empty line ends it."""
     sys.path.insert(0, str(Path.cwd()))
-    from app.config import Settings
-    from app.main import create_app
+    from devicedeck.config import Settings
+    from devicedeck.main import create_app
 
     url = new_postgres_database(database)
     token = migrate_and_create_token({**os.environ, "DEVICEDECK_DATABASE_URL": url}, Path.cwd())

@@ -21,12 +21,12 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import insert, select, text
 
-from app.clock import utcnow
-from app.config import AuthMode, Settings
-from app.db import create_db_engine
-from app.inventory.models import Allocation, Base, Device, Event, Node
-from app.main import create_app
-from app.migrate import upgrade_to_head
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, Settings
+from devicedeck.db import create_db_engine
+from devicedeck.inventory.models import Allocation, Base, Device, Event, Node
+from devicedeck.main import create_app
+from devicedeck.migrate import upgrade_to_head
 
 GPU = "nvidia.com/gpu"
 NODES = 5000

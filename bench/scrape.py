@@ -23,10 +23,10 @@ from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the app, run from bench/
 
-from app.background import clock_of
-from app.config import Settings
-from app.db import create_db_engine, make_session_factory
-from app.fleet_metrics import FleetGauges
+from devicedeck.background import clock_of
+from devicedeck.config import Settings
+from devicedeck.db import create_db_engine, make_session_factory
+from devicedeck.fleet_metrics import FleetGauges
 
 ROOT = Path(__file__).resolve().parents[1]
 DATABASE = "devicedeck_bench_scrape"
@@ -69,7 +69,9 @@ def timed(render: FleetGauges, runs: int) -> tuple[float, float, int]:
 
 def fill(url: str, nodes: int) -> None:
     env = {**os.environ, "DEVICEDECK_DATABASE_URL": url}
-    subprocess.run([sys.executable, "-m", "app.cli", "migrate"], env=env, check=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "devicedeck.cli", "migrate"], env=env, check=True, cwd=ROOT
+    )
     engine = create_db_engine(url)
     with engine.begin() as conn:
         conn.execute(text(SEED), {"nodes": nodes})

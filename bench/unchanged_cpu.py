@@ -84,8 +84,8 @@ async def serve_blocks(database: str, real_size: bool) -> None:
     CPU milliseconds per request; an empty line ends it."""
     # The app comes from the checkout this child runs in, which may not be this one.
     sys.path.insert(0, str(Path.cwd()))
-    from app.config import Settings
-    from app.main import create_app
+    from devicedeck.config import Settings
+    from devicedeck.main import create_app
 
     url = new_postgres_database(database)
     token = migrate_and_create_token({**os.environ, "DEVICEDECK_DATABASE_URL": url}, Path.cwd())

@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import pool, text
 
-from app.db import create_db_engine
-from app.inventory.models import Base
-from app.migrate import compares_on
+from devicedeck.db import create_db_engine
+from devicedeck.inventory.models import Base
+from devicedeck.migrate import compares_on
 
 config = context.config
 target_metadata = Base.metadata

@@ -20,13 +20,13 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.auth import create_token
-from app.clock import utcnow
-from app.config import AuthMode, Settings
-from app.db import create_db_engine, make_session_factory, write_session
-from app.inventory.models import Base
-from app.main import create_app
-from app.migrate import upgrade_to_head
+from devicedeck.auth import create_token
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, Settings
+from devicedeck.db import create_db_engine, make_session_factory, write_session
+from devicedeck.inventory.models import Base
+from devicedeck.main import create_app
+from devicedeck.migrate import upgrade_to_head
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "DEVICEDECK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

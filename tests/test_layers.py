@@ -1,6 +1,6 @@
-"""The layers of DESIGN.md, read from the imports of every module under app/.
+"""The layers of DESIGN.md, read from the imports of every module under devicedeck/.
 
-kubelet <- inventory <- kube <- (api, ui) <- main; api and ui share app/web and never import
+kubelet <- inventory <- kube <- (api, ui) <- main; api and ui share devicedeck/web and never import
 each other; the agent and the simulators reach no database code and no domain.
 """
 
@@ -10,23 +10,64 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[1] / "app"
+APP = Path(__file__).resolve().parents[1] / "devicedeck"
 
-DATABASE = {"app.db", "app.inventory", "app.auth", "sqlalchemy", "alembic", "psycopg"}
-SERVICE = {"app.main", "app.background", "app.api", "app.ui", "app.web", "app.kube"}
+DATABASE = {
+    "devicedeck.db",
+    "devicedeck.inventory",
+    "devicedeck.auth",
+    "sqlalchemy",
+    "alembic",
+    "psycopg",
+}
+SERVICE = {
+    "devicedeck.main",
+    "devicedeck.background",
+    "devicedeck.api",
+    "devicedeck.ui",
+    "devicedeck.web",
+    "devicedeck.kube",
+}
 
 # importer -> what it must never import (a name covers the package and its modules).
 FORBIDDEN: dict[str, set[str]] = {
-    "app.kubelet": DATABASE | SERVICE | {"app.agent", "app.sim", "app.demo"},
-    "app.inventory": SERVICE | {"app.agent", "app.sim", "app.demo"},
-    "app.kube": {"app.main", "app.api", "app.ui", "app.web", "app.agent", "app.sim"},
-    "app.web": {"app.main", "app.api", "app.ui", "app.agent", "app.sim"},
-    "app.api": {"app.main", "app.ui", "app.agent", "app.sim"},
-    "app.ui": {"app.main", "app.api", "app.agent", "app.sim"},
-    "app.background": {"app.main", "app.api", "app.ui", "app.kube"},
-    "app.webhooks": {"app.main", "app.api", "app.ui", "app.kube", "app.agent", "app.sim"},
-    "app.agent": DATABASE | SERVICE | {"app.sim", "app.demo"},
-    "app.sim": DATABASE | SERVICE | {"app.agent", "app.demo"},
+    "devicedeck.kubelet": DATABASE
+    | SERVICE
+    | {"devicedeck.agent", "devicedeck.sim", "devicedeck.demo"},
+    "devicedeck.inventory": SERVICE | {"devicedeck.agent", "devicedeck.sim", "devicedeck.demo"},
+    "devicedeck.kube": {
+        "devicedeck.main",
+        "devicedeck.api",
+        "devicedeck.ui",
+        "devicedeck.web",
+        "devicedeck.agent",
+        "devicedeck.sim",
+    },
+    "devicedeck.web": {
+        "devicedeck.main",
+        "devicedeck.api",
+        "devicedeck.ui",
+        "devicedeck.agent",
+        "devicedeck.sim",
+    },
+    "devicedeck.api": {"devicedeck.main", "devicedeck.ui", "devicedeck.agent", "devicedeck.sim"},
+    "devicedeck.ui": {"devicedeck.main", "devicedeck.api", "devicedeck.agent", "devicedeck.sim"},
+    "devicedeck.background": {
+        "devicedeck.main",
+        "devicedeck.api",
+        "devicedeck.ui",
+        "devicedeck.kube",
+    },
+    "devicedeck.webhooks": {
+        "devicedeck.main",
+        "devicedeck.api",
+        "devicedeck.ui",
+        "devicedeck.kube",
+        "devicedeck.agent",
+        "devicedeck.sim",
+    },
+    "devicedeck.agent": DATABASE | SERVICE | {"devicedeck.sim", "devicedeck.demo"},
+    "devicedeck.sim": DATABASE | SERVICE | {"devicedeck.agent", "devicedeck.demo"},
 }
 
 
@@ -63,7 +104,7 @@ def within(name: str, prefix: str) -> bool:
 
 
 def area(module: str) -> str:
-    """The package (app.inventory) or top-level module (app.main) a module belongs to."""
+    """The package (app.inventory) or top-level module (devicedeck.main) a module belongs to."""
     return ".".join(module.split(".")[:2])
 
 
@@ -111,6 +152,6 @@ def test_no_import_cycle_between_app_packages() -> None:
 def test_the_rules_see_real_imports() -> None:
     """The reader finds the arrows that exist, so an empty list of breaks means something."""
     modules = all_imports()
-    assert "app.inventory.other_writers" in modules["app.kube.pod_sync"]
-    assert "app.kubelet.names" in modules["app.inventory.schemas"]
-    assert any(within(name, "app.web") for name in modules["app.ui.routes.devices"])
+    assert "devicedeck.inventory.other_writers" in modules["devicedeck.kube.pod_sync"]
+    assert "devicedeck.kubelet.names" in modules["devicedeck.inventory.schemas"]
+    assert any(within(name, "devicedeck.web") for name in modules["devicedeck.ui.routes.devices"])

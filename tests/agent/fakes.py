@@ -18,9 +18,9 @@ from typing import Any
 import grpc
 import httpx
 
-from app.kubelet.paths import KubeletPaths, unix_target
-from app.kubelet.proto import podresources_pb2 as pr
-from app.kubelet.proto import podresources_pb2_grpc as pr_grpc
+from devicedeck.kubelet.paths import KubeletPaths, unix_target
+from devicedeck.kubelet.proto import podresources_pb2 as pr
+from devicedeck.kubelet.proto import podresources_pb2_grpc as pr_grpc
 
 FAKE_RESOURCE = "fake.example.com/dev"
 

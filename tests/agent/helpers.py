@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import httpx
 
-from app.sim.kubelet.control import ControlError, call, control_socket_path
+from devicedeck.sim.kubelet.control import ControlError, call, control_socket_path
 
 DEVICEDECK = str(Path(sys.executable).with_name("devicedeck"))
 GPU = "example.com/gpu"

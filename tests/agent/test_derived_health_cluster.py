@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver import SimApiServer
 
 from .conftest import RunningService
 from .helpers import GPU, Api, Process, Service, SimNode, wait_until

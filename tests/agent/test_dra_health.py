@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from app.kubelet.paths import dra_plugin_socket
-from app.sim.dra_driver import DRIVER
+from devicedeck.kubelet.paths import dra_plugin_socket
+from devicedeck.sim.dra_driver import DRIVER
 
 from .conftest import RunningService
 from .helpers import DEVICEDECK, DONGLE, Api, Process, SimNode, base_env, wait_until

@@ -14,11 +14,16 @@ from typing import Any
 import grpc
 import pytest
 
-from app.agent.dra_health import MESSAGE_LIMIT, DraHealthWatch, device_entries, find_dra_sockets
-from app.agent.metrics import AgentMetrics
-from app.kubelet.paths import dra_plugin_socket, unix_target
-from app.kubelet.proto import drahealth_pb2
-from app.sim.dra_health_server import SimDraHealthServer
+from devicedeck.agent.dra_health import (
+    MESSAGE_LIMIT,
+    DraHealthWatch,
+    device_entries,
+    find_dra_sockets,
+)
+from devicedeck.agent.metrics import AgentMetrics
+from devicedeck.kubelet.paths import dra_plugin_socket, unix_target
+from devicedeck.kubelet.proto import drahealth_pb2
+from devicedeck.sim.dra_health_server import SimDraHealthServer
 
 from .helpers import wait_until
 

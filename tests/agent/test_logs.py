@@ -48,7 +48,7 @@ def test_json_logs_carry_each_field_as_a_key(
 
     [unauthorized] = wait_until(refused, message="the refused token logged")
     assert unauthorized["status"] == 401 and unauthorized["level"] == "error"
-    assert unauthorized["logger"] == "app.agent.pusher" and unauthorized["detail"]
+    assert unauthorized["logger"] == "devicedeck.agent.pusher" and unauthorized["detail"]
     [starting] = [e for e in entries(agent) if e.get("event") == "agent_starting"]
     assert starting["node"] and starting["server"] == shared_service.url
 

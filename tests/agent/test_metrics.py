@@ -12,7 +12,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.agent.metrics import AgentMetrics, MetricsServer
+from devicedeck.agent.metrics import AgentMetrics, MetricsServer
 
 
 @pytest.fixture

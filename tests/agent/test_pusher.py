@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.agent.client import IngestClient, Outcome, PushResult
-from app.agent.identity import SourceIdentity
-from app.agent.metrics import AgentMetrics
-from app.agent.pusher import Pusher
-from app.agent.snapshots import Snapshot, listandwatch_snapshot
-from app.agent.token import TokenSource
-from app.retry import Backoff
+from devicedeck.agent.client import IngestClient, Outcome, PushResult
+from devicedeck.agent.identity import SourceIdentity
+from devicedeck.agent.metrics import AgentMetrics
+from devicedeck.agent.pusher import Pusher
+from devicedeck.agent.snapshots import Snapshot, listandwatch_snapshot
+from devicedeck.agent.token import TokenSource
+from devicedeck.retry import Backoff
 
 from .helpers import wait_until
 

@@ -7,8 +7,8 @@ import random
 from collections import defaultdict
 from datetime import UTC, datetime
 
-from app.agent.derived import DerivedHealth
-from app.agent.snapshots import (
+from devicedeck.agent.derived import DerivedHealth
+from devicedeck.agent.snapshots import (
     NumaMap,
     devices_by_resource,
     listandwatch_snapshot,
@@ -16,10 +16,10 @@ from app.agent.snapshots import (
     plugin_devices,
     podresources_snapshot,
 )
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
-from app.kubelet.checkpoint import Checkpoint, PodDeviceEntry
-from app.kubelet.proto import deviceplugin_pb2 as dp
-from app.kubelet.proto import podresources_pb2 as pr
+from devicedeck.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from devicedeck.kubelet.checkpoint import Checkpoint, PodDeviceEntry
+from devicedeck.kubelet.proto import deviceplugin_pb2 as dp
+from devicedeck.kubelet.proto import podresources_pb2 as pr
 
 GPU = "example.com/gpu"
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

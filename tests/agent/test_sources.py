@@ -15,15 +15,15 @@ from typing import Any
 import grpc
 import pytest
 
-from app.agent.kubelet_reader import KubeletReader, KubeletView
-from app.agent.metrics import AgentMetrics
-from app.agent.plugin_sockets import TapSpec, candidates, registry_endpoint
-from app.agent.taps import ResourceTap
-from app.kubelet.deviceplugin import DevicePluginServer, PluginDevice
-from app.kubelet.paths import KubeletPaths, default_plugin_socket_name, unix_target
-from app.kubelet.proto import pluginregistration_pb2 as preg
-from app.kubelet.proto import pluginregistration_pb2_grpc as preg_grpc
-from app.retry import NO_JITTER, Backoff
+from devicedeck.agent.kubelet_reader import KubeletReader, KubeletView
+from devicedeck.agent.metrics import AgentMetrics
+from devicedeck.agent.plugin_sockets import TapSpec, candidates, registry_endpoint
+from devicedeck.agent.taps import ResourceTap
+from devicedeck.kubelet.deviceplugin import DevicePluginServer, PluginDevice
+from devicedeck.kubelet.paths import KubeletPaths, default_plugin_socket_name, unix_target
+from devicedeck.kubelet.proto import pluginregistration_pb2 as preg
+from devicedeck.kubelet.proto import pluginregistration_pb2_grpc as preg_grpc
+from devicedeck.retry import NO_JITTER, Backoff
 
 from .fakes import RateLimitedPodResources
 from .helpers import wait_until

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from app.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver import SimApiServer
 
 
 @pytest.fixture

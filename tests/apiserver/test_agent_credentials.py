@@ -6,15 +6,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from app.demo.agent_credentials import (
+from devicedeck.demo.agent_credentials import (
     AGENT_NAMESPACE,
     RENEW_AT,
     TOKEN_SECONDS,
     AgentCredentials,
     agent_pod_name,
 )
-from app.sim.apiserver import SimApiServer
-from app.sim.kubeclient import KubeClient
+from devicedeck.sim.apiserver import SimApiServer
+from devicedeck.sim.kubeclient import KubeClient
 
 from .conftest import http, node_object
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from app.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver import SimApiServer
 
 from .conftest import http, node_object, pod_object
 
@@ -162,7 +162,7 @@ def test_the_command_serves_writes_a_kubeconfig_and_stops_on_sigterm(tmp_path: P
         [
             sys.executable,
             "-m",
-            "app.cli",
+            "devicedeck.cli",
             "sim-apiserver",
             "--port",
             "0",

@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from app.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver import SimApiServer
 
 from .conftest import http, node_object, pod_object
 

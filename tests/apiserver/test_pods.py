@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from app.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver import SimApiServer
 
 from .conftest import http, pod_object
 

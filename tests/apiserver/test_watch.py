@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from app.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver import SimApiServer
 
 from .conftest import http, node_object, pod_object
 

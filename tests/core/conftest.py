@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.config import Settings
-from app.inventory.models import Base
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.inventory.models import Base
+from devicedeck.main import create_app
 
 OBSERVED_AT = "2026-12-02T12:00:00Z"
 BOOT = "boot-a"

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.auth import Principal, TokenCache
-from app.config import AuthMode, Settings
-from app.main import create_app
+from devicedeck.auth import Principal, TokenCache
+from devicedeck.config import AuthMode, Settings
+from devicedeck.main import create_app
 
 from .conftest import Api, MakeApi, dev, listandwatch
 
@@ -184,7 +184,7 @@ def test_last_used_is_recorded(api: Api, make_token: Callable[..., str]) -> None
 def test_auth_off_lets_anonymous_visitors_read_only_and_says_so_loudly(
     settings: Settings, make_token: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="app.main")
+    caplog.set_level(logging.WARNING, logger="devicedeck.main")
     ingest = make_token("ingest", name="agent")
     admin = make_token("admin", name="ops")
     reader = make_token("read", name="viewer")
@@ -220,7 +220,7 @@ def test_auth_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
 def devicedeck(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DEVICEDECK_DATABASE_URL": database_url}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "devicedeck.cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -276,7 +276,7 @@ def test_token_cli_errors(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The error paths, in-process: a subprocess per case costs a second each."""
-    from app.cli import main
+    from devicedeck.cli import main
 
     make_token("read", name="taken")
     monkeypatch.setenv("DEVICEDECK_DATABASE_URL", database_url)

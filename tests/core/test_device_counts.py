@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.clock import utcnow
-from app.db import write_session
-from app.inventory.models import Allocation, Device, DeviceCount, Node
-from app.inventory.pages import bounded_count
+from devicedeck.clock import utcnow
+from devicedeck.db import write_session
+from devicedeck.inventory.models import Allocation, Device, DeviceCount, Node
+from devicedeck.inventory.pages import bounded_count
 
 from .conftest import GPU, NIC, Api, dev, held, listandwatch, pod, podresources
 

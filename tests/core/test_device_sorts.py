@@ -8,9 +8,9 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.inventory.freshness import Freshness
-from app.inventory.models import Device, Node
-from app.inventory.queries import (
+from devicedeck.inventory.freshness import Freshness
+from devicedeck.inventory.models import Device, Node
+from devicedeck.inventory.queries import (
     DEVICE_SORTS,
     DeviceFilters,
     _device_conditions,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.clock import utcnow
-from app.db import write_session
-from app.kube import dra_sync, node_sync, pod_sync
+from devicedeck.clock import utcnow
+from devicedeck.db import write_session
+from devicedeck.kube import dra_sync, node_sync, pod_sync
 
 from .conftest import Api, StatementCounter
 

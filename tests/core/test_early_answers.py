@@ -13,9 +13,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.inventory.receipts import listandwatch_stream
-from app.inventory.schemas import repeat_digest
-from app.web.state import service_state
+from devicedeck.inventory.receipts import listandwatch_stream
+from devicedeck.inventory.schemas import repeat_digest
+from devicedeck.web.state import service_state
 
 from .conftest import GPU, Api, dev, held, listandwatch, pod, podresources
 
@@ -63,10 +63,12 @@ def test_an_early_answer_is_counted_timed_and_logged_by_its_route(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
     api.ingest_listandwatch(listandwatch("node-a", DEVICES, 1))
-    caplog.set_level(logging.INFO, logger="app.access")
+    caplog.set_level(logging.INFO, logger="devicedeck.access")
     for seq in (2, 3, 4):
         assert api.ingest_listandwatch(listandwatch("node-a", DEVICES, seq))["changed"] is False
-    logged = [(r.route, r.status, r.principal) for r in caplog.records if r.name == "app.access"]
+    logged = [
+        (r.route, r.status, r.principal) for r in caplog.records if r.name == "devicedeck.access"
+    ]
     assert logged == [(LAW, 200, "tester")] * 3
 
     scraped = api.client.get("/metrics").text

@@ -21,8 +21,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.config import Settings
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.main import create_app
 
 from .conftest import GPU, Api, dev, held, listandwatch, pod, podresources
 

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from app.inventory.schemas import (
+from devicedeck.inventory.schemas import (
     ListAndWatchSnapshot,
     PodResourcesSnapshot,
     container_content,

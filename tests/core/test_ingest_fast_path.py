@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
-from app.config import Settings
-from app.db import libpq_url
-from app.inventory.ingest import EVENT_LOOP_MAX_BODY
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.db import libpq_url
+from devicedeck.inventory.ingest import EVENT_LOOP_MAX_BODY
+from devicedeck.main import create_app
 
 from .conftest import GPU, Api, MakeApi, dev, listandwatch, wait_until
 from .test_ingest_validation import LAW, assert_refused

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import write_session
-from app.inventory.models import IngestReceipt
+from devicedeck.db import write_session
+from devicedeck.inventory.models import IngestReceipt
 
 from .conftest import GPU, Api, MakeApi, dev, held, listandwatch, pod, podresources
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
+from devicedeck.config import Settings
 
 from .conftest import GPU, Api, MakeApi, dev, held, listandwatch, pod, podresources
 
@@ -445,7 +445,7 @@ def test_default_limit_is_three_mebibytes(seeded: Api) -> None:
 def test_chunked_body_over_the_limit_is_413_from_a_real_server(
     settings: Settings, auth: dict[str, str], db_rows: Callable[..., dict]
 ) -> None:
-    from app.main import create_app
+    from devicedeck.main import create_app
 
     from .conftest import live_server
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.leadership import Leadership, _still_connected
+from devicedeck.leadership import Leadership, _still_connected
 
 
 class HeldStatement:

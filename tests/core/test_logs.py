@@ -17,7 +17,7 @@ from ui.signin import sign_in
 
 from .conftest import dev, listandwatch
 
-APP = Path(__file__).resolve().parents[2] / "app"
+APP = Path(__file__).resolve().parents[2] / "devicedeck"
 BAD_TOKEN = "ddk_this-token-does-not-exist-0123456789"
 
 
@@ -59,7 +59,7 @@ def test_json_logs_are_one_object_a_line_with_an_access_line_per_request(
             entry = json.loads(line)  # every line, the server's own included
             assert isinstance(entry, dict) and {"time", "level", "logger", "message"} <= set(entry)
             entries.append(entry)
-    access = [e for e in entries if e["logger"] == "app.access"]
+    access = [e for e in entries if e["logger"] == "devicedeck.access"]
 
     def answered(method: str, route: str, status: int) -> dict[str, Any]:
         [found] = [
@@ -80,7 +80,7 @@ def test_text_logs_have_the_access_line_as_key_value_pairs(
     database_url: str, tmp_path: Path
 ) -> None:
     output, token, session_id = serve_and_ask(database_url, tmp_path, "text")
-    access = [line for line in output.splitlines() if "logger=app.access" in line]
+    access = [line for line in output.splitlines() if "logger=devicedeck.access" in line]
     assert any(
         "method=GET route=/api/v1/devices/{id} status=200 duration_ms=" in line
         and line.endswith("principal=log-reader")
@@ -110,11 +110,13 @@ def test_a_field_value_that_looks_like_a_token_is_only_what_the_call_gave(
     log_format: str,
 ) -> None:
     """Fields are written as given: the formatter adds nothing of the request."""
-    from app.config import LogFormat
-    from app.logs import JsonFormatter, TextFormatter
+    from devicedeck.config import LogFormat
+    from devicedeck.logs import JsonFormatter, TextFormatter
 
     formatter = JsonFormatter() if LogFormat(log_format) is LogFormat.JSON else TextFormatter()
-    record = logging.LogRecord("app.test", logging.WARNING, __file__, 1, "post failed", None, None)
+    record = logging.LogRecord(
+        "devicedeck.test", logging.WARNING, __file__, 1, "post failed", None, None
+    )
     for key, value in {
         "event": "push_failed",
         "status": 503,

@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from app import __version__
-from app.config import Settings
-from app.inventory.models import Node
+from devicedeck import __version__
+from devicedeck.config import Settings
+from devicedeck.inventory.models import Node
 
 from .conftest import GPU, NIC, Api, MakeApi, StatementCounter, dev, held, listandwatch, pod
 from .conftest import podresources as podresources_snapshot

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
-from app.config import Settings
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.main import create_app
 
 from .conftest import GPU, Api, StatementCounter, dev, listandwatch, wait_until
 from .test_metrics import node_devices, scrape

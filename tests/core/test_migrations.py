@@ -15,9 +15,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
-from app.db import create_db_engine
-from app.inventory.models import DEVICES_FILLFACTOR, Base
-from app.migrate import compares_on, downgrade_to_base, upgrade_to_head
+from devicedeck.db import create_db_engine
+from devicedeck.inventory.models import DEVICES_FILLFACTOR, Base
+from devicedeck.migrate import compares_on, downgrade_to_base, upgrade_to_head
 
 
 def _libpq(url: str) -> str:
@@ -104,7 +104,7 @@ def table_options(url: str, table: str) -> list[str]:
 MIGRATE_ON_SIGNAL = """
 import sys, time
 from pathlib import Path
-from app.migrate import upgrade_to_head
+from devicedeck.migrate import upgrade_to_head
 go = Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.01)

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import AuthMode, Settings
-from app.main import create_app
+from devicedeck.config import AuthMode, Settings
+from devicedeck.main import create_app
 
 from .conftest import dev, listandwatch, live_server, podresources
 from .test_auth import devicedeck

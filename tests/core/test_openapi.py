@@ -12,18 +12,18 @@ import jsonschema_rs
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.api import vocabulary
-from app.auth import SCOPES, authenticate
-from app.clock import utcnow
-from app.config import AuthMode, KubeMode, Settings
-from app.dashboard_sessions import SessionLimits, start_session
-from app.db import write_session
-from app.inventory.events import EVENT_KINDS
-from app.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED
-from app.inventory.node_status import DEVICE_PLUGIN, MANUAL
-from app.kube.dra_health import CLAIM_STATUS, POD_STATUS
-from app.kube.dra_health_report import SOURCE as STREAM_SOURCE
-from app.main import create_app
+from devicedeck.api import vocabulary
+from devicedeck.auth import SCOPES, authenticate
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, KubeMode, Settings
+from devicedeck.dashboard_sessions import SessionLimits, start_session
+from devicedeck.db import write_session
+from devicedeck.inventory.events import EVENT_KINDS
+from devicedeck.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED
+from devicedeck.inventory.node_status import DEVICE_PLUGIN, MANUAL
+from devicedeck.kube.dra_health import CLAIM_STATUS, POD_STATUS
+from devicedeck.kube.dra_health_report import SOURCE as STREAM_SOURCE
+from devicedeck.main import create_app
 
 from .conftest import Api
 

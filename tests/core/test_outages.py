@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
-from app.config import Settings
-from app.db import create_db_engine
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.db import create_db_engine
+from devicedeck.main import create_app
 
 from .conftest import (
     GPU,

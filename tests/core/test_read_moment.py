@@ -7,12 +7,12 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.clock import utcnow
-from app.inventory.freshness import Freshness
-from app.inventory.models import Device
-from app.inventory.queries import get_device
-from app.web.sessions import read_session
-from app.web.state import service_state
+from devicedeck.clock import utcnow
+from devicedeck.inventory.freshness import Freshness
+from devicedeck.inventory.models import Device
+from devicedeck.inventory.queries import get_device
+from devicedeck.web.sessions import read_session
+from devicedeck.web.state import service_state
 
 from .conftest import Api, dev, listandwatch
 

@@ -1,4 +1,4 @@
-"""README's configuration table and app/config.py's Settings say the same thing."""
+"""README's configuration table and devicedeck/config.py's Settings say the same thing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from app.config import Settings
+from devicedeck.config import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PREFIX = str(Settings.model_config.get("env_prefix", ""))
@@ -59,7 +59,7 @@ def test_every_setting_has_a_row_in_the_readme_table() -> None:
 
 def test_every_row_of_the_readme_table_names_a_real_setting() -> None:
     unknown = sorted(set(configuration_table()) - set(variables()))
-    assert not unknown, f"README documents settings app/config.py does not read: {unknown}"
+    assert not unknown, f"README documents settings devicedeck/config.py does not read: {unknown}"
 
 
 def test_documented_defaults_are_the_real_defaults() -> None:
@@ -69,4 +69,4 @@ def test_documented_defaults_are_the_real_defaults() -> None:
         for name, default in variables().items()
         if name in table and table[name] != shown(default)
     }
-    assert not wrong, f"README default differs (README, app/config.py): {wrong}"
+    assert not wrong, f"README default differs (README, devicedeck/config.py): {wrong}"

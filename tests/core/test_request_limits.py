@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from app.config import Settings
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.main import create_app
 
 from .conftest import dev, listandwatch, live_server, wait_until
 
@@ -287,7 +287,7 @@ def test_the_concurrency_limit_default(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_route_that_takes_a_body_checks_its_caller_first() -> None:
     from fastapi.routing import APIRoute, iter_route_contexts
 
-    from app.web.caller_first import CallerFirstRoute, marked_checks
+    from devicedeck.web.caller_first import CallerFirstRoute, marked_checks
 
     app = create_app(Settings())
     with_body = [

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from app.retry import FULL_JITTER, NO_JITTER, Backoff
+from devicedeck.retry import FULL_JITTER, NO_JITTER, Backoff
 
 
 def test_delays_double_from_base_up_to_the_cap() -> None:

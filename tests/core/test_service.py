@@ -13,8 +13,8 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
-from app.config import Settings
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.main import create_app
 
 from .conftest import GPU, Api, dev, held, listandwatch, pod, podresources
 

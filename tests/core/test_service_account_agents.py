@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from app.config import KubeMode, Settings
-from app.main import create_app
-from app.sim.apiserver import SimApiServer
+from devicedeck.config import KubeMode, Settings
+from devicedeck.main import create_app
+from devicedeck.sim.apiserver import SimApiServer
 
 from .conftest import dev, listandwatch, live_server
 

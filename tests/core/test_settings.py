@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import LogLevel, Settings
+from devicedeck.config import LogLevel, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def test_unknown_log_level_stops_the_command_naming_the_setting(
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
     env |= {"DEVICEDECK_LOG_LEVEL": "verbose", "DEVICEDECK_DATABASE_URL": f"sqlite:///{database}"}
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *command],
+        [sys.executable, "-m", "devicedeck.cli", *command],
         cwd=REPO,
         env=env,
         capture_output=True,

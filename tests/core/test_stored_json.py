@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.inventory.models import Device, Event, NodeResource
+from devicedeck.inventory.models import Device, Event, NodeResource
 
 from .conftest import GPU, Api, dev, held, listandwatch, pod, podresources
 

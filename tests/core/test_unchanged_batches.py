@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import write_session
-from app.inventory.errors import StaleSnapshot
-from app.inventory.ingest import IngestResult, SnapshotIngest
-from app.inventory.models import IngestReceipt, Node
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from devicedeck.db import write_session
+from devicedeck.inventory.errors import StaleSnapshot
+from devicedeck.inventory.ingest import IngestResult, SnapshotIngest
+from devicedeck.inventory.models import IngestReceipt, Node
+from devicedeck.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
 
 from .conftest import GPU, Api, StatementCounter, dev, held, listandwatch, pod, podresources
 

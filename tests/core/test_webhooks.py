@@ -16,8 +16,8 @@ from agent.helpers import free_port
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.config import Settings, load_settings
-from app.inventory.models import Notification
+from devicedeck.config import Settings, load_settings
+from devicedeck.inventory.models import Notification
 
 from .conftest import GPU, Api, MakeApi, dev, held, listandwatch, pod, podresources, wait_until
 from .webhook_receiver import WebhookReceiver, running

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from app.cli import build_parser
+from devicedeck.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 

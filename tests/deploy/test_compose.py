@@ -1,5 +1,5 @@
 """docker-compose.yml: parsed and checked for what `docker compose up` would trip over,
-and held to the same simulated nodes as `devicedeck demo` (app/demo/topology.py)."""
+and held to the same simulated nodes as `devicedeck demo` (devicedeck/demo/topology.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from app.demo.topology import (
+from devicedeck.demo.topology import (
     COMPOSE_APISERVER,
     COMPOSE_KUBECONFIG,
     COMPOSE_KUBELET_ROOT,
@@ -210,7 +210,9 @@ def test_nodes_are_the_demo_topology_in_separate_containers(
     for node in TOPOLOGY:
         expected.update(compose_node_commands(node))
     node_services = {n: s for n, s in services.items() if n not in CORE_SERVICES | CLUSTER_SERVICES}
-    assert set(node_services) == set(expected), "compose nodes differ from app/demo/topology.py"
+    assert set(node_services) == set(expected), (
+        "compose nodes differ from devicedeck/demo/topology.py"
+    )
     for name, command in expected.items():
         assert node_services[name]["command"] == command, f"{name} differs from the topology"
 
@@ -240,7 +242,7 @@ def test_each_nodes_containers_share_one_kubelet_volume(
 
 
 def test_plugins_match_the_demo_nodes_devices(services: dict[str, dict[str, Any]]) -> None:
-    from app.sim.node import PluginSpec as SimNodePlugin
+    from devicedeck.sim.node import PluginSpec as SimNodePlugin
 
     for node in TOPOLOGY:
         for plugin in node.plugins:

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from app.demo.runner import advertise_command, kubeconfig_server
-from app.demo.topology import DRA_DEVICES, DRA_NODE, TOPOLOGY
+from devicedeck.demo.runner import advertise_command, kubeconfig_server
+from devicedeck.demo.topology import DRA_DEVICES, DRA_NODE, TOPOLOGY
 
 from .helpers import REPO, wait_for_dashboard, wait_until
 
@@ -262,7 +262,7 @@ def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
     root = data_dir / "kubelet" / node
     command = ["sim-ctl", "--root", str(root), "device", "health", gpu.resource, "#0", "Unhealthy"]
     ctl = subprocess.run(
-        [sys.executable, "-m", "app.cli", *command],
+        [sys.executable, "-m", "devicedeck.cli", *command],
         capture_output=True,
         text=True,
         timeout=30,
@@ -334,7 +334,7 @@ def run_demo_until_data(
     data_dir: Path,
     log: Path,
     exercise: bool = False,
-    program: Sequence[str] = (sys.executable, "-m", "app.cli"),
+    program: Sequence[str] = (sys.executable, "-m", "devicedeck.cli"),
     cwd: Path = REPO,
     crash: Callable[[int, int, Path], dict[str, Any]] | None = None,
 ) -> Run:

@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.auth import authenticate, list_tokens
-from app.clock import utcnow
-from app.demo.runner import DemoError, DemoLayout, _check_port_free, _exclusive, url_host
-from app.demo.tokens import ensure_token_file
-from app.demo.topology import TOPOLOGY, agent_args, root_fits, sim_node_args
-from app.demo.workload import RemoteWorkload
-from app.kubelet.paths import UNIX_SOCKET_PATH_MAX
-from app.sim.kubelet import SimKubelet
-from app.sim.kubelet.control import ControlUnavailable, call, control_socket_path
-from app.sim.node import PluginSpec as SimNodePlugin
-from app.sim.plugin import SimDevicePlugin
-from app.sim.workload import WORKLOAD_NAMESPACES
+from devicedeck.auth import authenticate, list_tokens
+from devicedeck.clock import utcnow
+from devicedeck.demo.runner import DemoError, DemoLayout, _check_port_free, _exclusive, url_host
+from devicedeck.demo.tokens import ensure_token_file
+from devicedeck.demo.topology import TOPOLOGY, agent_args, root_fits, sim_node_args
+from devicedeck.demo.workload import RemoteWorkload
+from devicedeck.kubelet.paths import UNIX_SOCKET_PATH_MAX
+from devicedeck.sim.kubelet import SimKubelet
+from devicedeck.sim.kubelet.control import ControlUnavailable, call, control_socket_path
+from devicedeck.sim.node import PluginSpec as SimNodePlugin
+from devicedeck.sim.plugin import SimDevicePlugin
+from devicedeck.sim.workload import WORKLOAD_NAMESPACES
 
 from .helpers import REPO, help_succeeds, parse_command, wait_until
 

@@ -104,7 +104,7 @@ def test_image_installs_the_built_wheel_over_the_locked_dependencies(stages: lis
     # The wheel's resources (migrations, templates, static with the vendored scripts) are
     # copied into the build stage before the wheel is built.
     copied = {copy_parts(c)[2].removeprefix("./") for c in build.all("COPY")}
-    assert {"app", "migrations", "templates", "static", "requirements"} <= copied
+    assert {"devicedeck", "migrations", "templates", "static", "requirements"} <= copied
     assert not any("npm" in r for s in stages for r in s.all("RUN")), "no Node.js needed"
 
 

@@ -1,5 +1,5 @@
 """deploy/kubernetes: every object is a valid Kubernetes object (the official client's
-models), the agent mounts directories read-only, and RBAC grants exactly what app/kube calls,
+models), the agent mounts directories read-only, and RBAC grants exactly what devicedeck/kube calls,
 the node status patch only through its optional component."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-import app.kube.client as kube_client
-from app.config import Settings
-from app.kube.client import Kind
-from app.kube.service_accounts import AUDIENCE
+import devicedeck.kube.client as kube_client
+from devicedeck.config import Settings
+from devicedeck.kube.client import Kind
+from devicedeck.kube.service_accounts import AUDIENCE
 
 from .helpers import REPO, parse_command
 from .manifests import (
@@ -265,7 +265,7 @@ def core_method_grants(method: str) -> set[Grant]:
 
 
 def kube_sources() -> dict[Path, str]:
-    return {p: p.read_text() for p in sorted((REPO / "app" / "kube").glob("*.py"))}
+    return {p: p.read_text() for p in sorted((REPO / "devicedeck" / "kube").glob("*.py"))}
 
 
 def grants_used_by_code() -> set[Grant]:
@@ -285,7 +285,7 @@ def grants_used_by_code() -> set[Grant]:
         assert method in COORDINATION_GRANTS, f"CoordinationV1Api.{method}: teach this test"
         grants.add(COORDINATION_GRANTS[method])
     # Collections are listed and watched generically by Kind (KubeApi.list_all, open_watch).
-    client_text = sources[REPO / "app" / "kube" / "client.py"]
+    client_text = sources[REPO / "devicedeck" / "kube" / "client.py"]
     generic_verbs = set()
     if re.search(r"\.list_all\(", text):
         generic_verbs.add("list")

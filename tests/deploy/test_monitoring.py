@@ -12,9 +12,9 @@ import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.agent.metrics import AgentMetrics
-from app.config import Settings
-from app.main import create_app
+from devicedeck.agent.metrics import AgentMetrics
+from devicedeck.config import Settings
+from devicedeck.main import create_app
 
 from .helpers import REPO
 from .manifests import MONITORING, Obj, containers, find, pod_labels, selects

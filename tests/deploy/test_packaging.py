@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from app import __version__
-from app.demo.topology import TOPOLOGY
-from app.ui.assets import VENDORED_FILES
+from devicedeck import __version__
+from devicedeck.demo.topology import TOPOLOGY
+from devicedeck.ui.assets import VENDORED_FILES
 
 from .helpers import REPO, wait_until
 from .test_demo import free_port, run_demo_until_data
@@ -102,12 +102,12 @@ def installed() -> Iterator[Installed]:
 def test_wheel_carries_migrations_templates_and_static_files(installed: Installed) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     for name in ("migrations/env.py", "migrations/script.py.mako", "templates/base.html"):
-        assert f"app/bundled/{name}" in names
+        assert f"devicedeck/bundled/{name}" in names
     versions = {p.name for p in (REPO / "migrations" / "versions").glob("*.py")}
     assert {n.rpartition("/")[2] for n in names if "/migrations/versions/" in n} == versions
     static = {str(p.relative_to(REPO)) for p in (REPO / "static").rglob("*") if p.is_file()}
     assert {f"static/vendor/{name}" for name in VENDORED_FILES} <= static
-    assert {f"app/bundled/{name}" for name in static} <= names
+    assert {f"devicedeck/bundled/{name}" for name in static} <= names
     assert not [n for n in names if "__pycache__" in n]
 
 
@@ -119,7 +119,7 @@ def test_installed_command_reports_its_version(installed: Installed) -> None:
         installed.elsewhere,
         installed.env(),
     )
-    assert Path(where.strip()).is_relative_to(installed.venv), "app imported from the source"
+    assert Path(where.strip()).is_relative_to(installed.venv), "devicedeck imported from the source"
 
 
 def fetch(url: str) -> tuple[int, bytes, str]:

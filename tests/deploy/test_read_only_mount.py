@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from app.kubelet.paths import POD_RESOURCES_SOCKET_NAME, pod_resources_dir
-from app.sim.kubelet import ContainerSpec, SimKubelet
+from devicedeck.kubelet.paths import POD_RESOURCES_SOCKET_NAME, pod_resources_dir
+from devicedeck.sim.kubelet import ContainerSpec, SimKubelet
 
 # Runs inside the mount namespace, against the read-only mount in argv[1].
 CLIENT = """
 import json, sys
 from pathlib import Path
-from app.kubelet.podresources import PodResourcesClient
+from devicedeck.kubelet.podresources import PodResourcesClient
 
 mount = Path(sys.argv[1])
 try:

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from app.demo.runner import kubeconfig_server
-from app.demo.topology import TOPOLOGY
+from devicedeck.demo.runner import kubeconfig_server
+from devicedeck.demo.topology import TOPOLOGY
 
 from .helpers import REPO, wait_for_dashboard, wait_until
 

@@ -14,12 +14,12 @@ import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.clock import utcnow
-from app.config import AuthMode, KubeMode, Settings
-from app.db import write_session
-from app.inventory.ingest import apply_snapshot
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
-from app.main import create_app
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, KubeMode, Settings
+from devicedeck.db import write_session
+from devicedeck.inventory.ingest import apply_snapshot
+from devicedeck.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from devicedeck.main import create_app
 
 from .fake_apiserver import FakeApiServer
 

@@ -1,4 +1,4 @@
-"""The simulated API server (app/sim/apiserver) with the levers the cluster tests pull.
+"""The simulated API server (devicedeck/sim/apiserver) with the levers the cluster tests pull.
 
 It is the real sim-apiserver, on a localhost port, in memory; this subclass only adds what a
 test does to a cluster that no client could: deny a collection (an RBAC 403), stop serving
@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from app.sim.apiserver import SimApiServer
-from app.sim.apiserver.errors import ApiError
-from app.sim.apiserver.handler import Request
-from app.sim.apiserver.resources import BY_PLURAL
-from app.sim.apiserver.store import object_key
+from devicedeck.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver.errors import ApiError
+from devicedeck.sim.apiserver.handler import Request
+from devicedeck.sim.apiserver.resources import BY_PLURAL
+from devicedeck.sim.apiserver.store import object_key
 
 RecordedRequest = Request
 COLLECTION_PATHS = {

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.config import KubeMode, Settings
-from app.kube import client as kube_client
-from app.kube.client import NODES, KubeApi
-from app.kube.errors import ApiStatus
+from devicedeck.config import KubeMode, Settings
+from devicedeck.kube import client as kube_client
+from devicedeck.kube.client import NODES, KubeApi
+from devicedeck.kube.errors import ApiStatus
 
 from .fake_apiserver import FakeApiServer
 from .objects import node

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from ui.signin import sign_in
 
-from app.clock import utcnow
+from devicedeck.clock import utcnow
 
 from .conftest import StartApp, wait_for
 from .fake_apiserver import FakeApiServer

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from app.clock import utcnow
+from devicedeck.clock import utcnow
 
 from .conftest import StartApp, wait_for
 from .dra_builders import DRIVER, claim_object, device, dra_pod, result, slice_object

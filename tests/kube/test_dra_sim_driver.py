@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from app.sim.dra_driver import DRIVER, DraDriverSpec, SimDraDriver
-from app.sim.kubeclient import KubeClient
+from devicedeck.sim.dra_driver import DRIVER, DraDriverSpec, SimDraDriver
+from devicedeck.sim.kubeclient import KubeClient
 
 from .conftest import StartApp, wait_for
 from .fake_apiserver import FakeApiServer

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.kube.extended_admin import capacity_patch, json_pointer_token
+from devicedeck.kube.extended_admin import capacity_patch, json_pointer_token
 
 from .conftest import Factory, StartApp, ingest_devices, wait_for, write_kubeconfig
 from .fake_apiserver import FakeApiServer

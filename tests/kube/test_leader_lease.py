@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from app.config import KubeMode, Settings
-from app.kube.client import KubeApi
-from app.kube.lease import LeaseElection, lease_namespace
-from app.sim.apiserver import SimApiServer
-from app.sim.apiserver.errors import ApiError
-from app.sim.apiserver.handler import Request
+from devicedeck.config import KubeMode, Settings
+from devicedeck.kube.client import KubeApi
+from devicedeck.kube.lease import LeaseElection, lease_namespace
+from devicedeck.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver.errors import ApiError
+from devicedeck.sim.apiserver.handler import Request
 
 NAMESPACE = "devicedeck"
 NAME = "devicedeck-leader"

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from agent.helpers import Service, wait_until
 
-from app.clock import utcnow
-from app.sim.apiserver import SimApiServer
-from app.sim.apiserver.handler import Request
-from app.sim.apiserver.server import write_kubeconfig
+from devicedeck.clock import utcnow
+from devicedeck.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver.handler import Request
+from devicedeck.sim.apiserver.server import write_kubeconfig
 
 from .objects import node
 

@@ -9,9 +9,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from app.db import create_db_engine
-from app.inventory.models import Base
-from app.migrate import alembic_config, compares_on, upgrade_to_head
+from devicedeck.db import create_db_engine
+from devicedeck.inventory.models import Base
+from devicedeck.migrate import alembic_config, compares_on, upgrade_to_head
 
 CLUSTER_TABLES = {"kube_pods", "dra_devices", "dra_claims", "dra_claim_devices"}
 

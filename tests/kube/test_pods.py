@@ -7,10 +7,10 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.clock import utcnow
-from app.db import write_session
-from app.inventory.models import Allocation
-from app.kube.pod_sync import apply_pod_list, join_allocations
+from devicedeck.clock import utcnow
+from devicedeck.db import write_session
+from devicedeck.inventory.models import Allocation
+from devicedeck.kube.pod_sync import apply_pod_list, join_allocations
 
 from .conftest import Factory, StartApp, ingest_allocations, ingest_devices, wait_for
 from .fake_apiserver import FakeApiServer

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.main import create_app
 
 from .conftest import wait_for
 from .fake_apiserver import FakeApiServer

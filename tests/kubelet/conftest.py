@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kubelet.paths import KubeletPaths
+from devicedeck.kubelet.paths import KubeletPaths
 
 from .fakes import FakeKubeletRegistration
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import grpc
 
-from app.kubelet.paths import unix_target
-from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
+from devicedeck.kubelet.paths import unix_target
+from devicedeck.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
 
 
 class FakeKubeletRegistration(deviceplugin_pb2_grpc.RegistrationServicer):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kubelet.checkpoint import (
+from devicedeck.kubelet.checkpoint import (
     NO_TOPOLOGY_NUMA_NODE,
     CheckpointError,
     ContainerAllocation,
@@ -23,7 +23,7 @@ from app.kubelet.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from app.kubelet.proto import deviceplugin_pb2
+from devicedeck.kubelet.proto import deviceplugin_pb2
 
 
 def gpu_alloc_resp() -> str:

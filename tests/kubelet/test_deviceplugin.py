@@ -7,15 +7,15 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from app.kubelet.deviceplugin import (
+from devicedeck.kubelet.deviceplugin import (
     HEALTHY,
     UNHEALTHY,
     AllocationError,
     DevicePluginServer,
     PluginDevice,
 )
-from app.kubelet.paths import KUBELET_SOCKET_NAME, KubeletPaths, unix_target
-from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
+from devicedeck.kubelet.paths import KUBELET_SOCKET_NAME, KubeletPaths, unix_target
+from devicedeck.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
 
 from .fakes import FakeKubeletRegistration
 

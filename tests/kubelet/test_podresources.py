@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from app.kubelet.paths import KubeletPaths, unix_target
-from app.kubelet.podresources import (
+from devicedeck.kubelet.paths import KubeletPaths, unix_target
+from devicedeck.kubelet.podresources import (
     MAX_RECEIVE_BYTES,
     PodResourcesClient,
     PodResourcesError,
@@ -18,7 +18,7 @@ from app.kubelet.podresources import (
     list_response_to_json,
     to_json,
 )
-from app.kubelet.proto import podresources_pb2, podresources_pb2_grpc
+from devicedeck.kubelet.proto import podresources_pb2, podresources_pb2_grpc
 
 
 def device(resource: str, device_id: str, numa: int) -> podresources_pb2.ContainerDevices:

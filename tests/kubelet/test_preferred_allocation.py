@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.kubelet.preferred_allocation import choose_preferred_devices
+from devicedeck.kubelet.preferred_allocation import choose_preferred_devices
 
 # Three NUMA nodes: node 0 has a0..a3, node 1 has b0..b1, node 2 has c0..c2; x0, x1 have none.
 NUMA = {

@@ -14,9 +14,9 @@ import grpc
 import pytest
 from google.protobuf.descriptor import FileDescriptor
 
-from app.kubelet import generate
-from app.kubelet.paths import KubeletPaths, unix_target
-from app.kubelet.proto import (
+from devicedeck.kubelet import generate
+from devicedeck.kubelet.paths import KubeletPaths, unix_target
+from devicedeck.kubelet.proto import (
     deviceplugin_pb2,
     deviceplugin_pb2_grpc,
     drahealth_pb2,
@@ -45,7 +45,7 @@ EXPECTED_METHODS = {
 
 def test_generated_stubs_are_up_to_date() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "app.kubelet.generate", "--check"],
+        [sys.executable, "-m", "devicedeck.kubelet.generate", "--check"],
         cwd=generate.REPO_ROOT,
         capture_output=True,
         text=True,
@@ -67,8 +67,8 @@ def test_check_reports_a_stale_file(tmp_path: Path) -> None:
     (proto_dir / "podresources_pb2.pyi").unlink()
     (proto_dir / "deviceplugin_pb2.py").write_text("# edited\n")
     assert generate.stale_files(tmp_path) == [
-        "app/kubelet/proto/deviceplugin_pb2.py",
-        "app/kubelet/proto/podresources_pb2.pyi",
+        "devicedeck/kubelet/proto/deviceplugin_pb2.py",
+        "devicedeck/kubelet/proto/podresources_pb2.pyi",
     ]
 
 

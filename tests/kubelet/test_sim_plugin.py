@@ -14,11 +14,11 @@ from typing import Any
 import grpc
 import pytest
 
-from app.kubelet.deviceplugin import HEALTHY, UNHEALTHY
-from app.kubelet.paths import KubeletPaths, unix_target
-from app.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
-from app.sim.node import parse_node_health_event
-from app.sim.plugin import (
+from devicedeck.kubelet.deviceplugin import HEALTHY, UNHEALTHY
+from devicedeck.kubelet.paths import KubeletPaths, unix_target
+from devicedeck.kubelet.proto import deviceplugin_pb2, deviceplugin_pb2_grpc
+from devicedeck.sim.node import parse_node_health_event
+from devicedeck.sim.plugin import (
     HealthDriver,
     HealthEvent,
     SimDevicePlugin,
@@ -243,7 +243,7 @@ def test_cli_registers_serves_and_stops_on_sigterm(
         [
             sys.executable,
             "-m",
-            "app.cli",
+            "devicedeck.cli",
             "sim-plugin",
             "--root",
             str(kubelet_root.root),
@@ -297,7 +297,7 @@ def test_cli_rejects_a_bad_resource_name(kubelet_root: KubeletPaths) -> None:
         [
             sys.executable,
             "-m",
-            "app.cli",
+            "devicedeck.cli",
             "sim-plugin",
             "--root",
             str(kubelet_root.root),

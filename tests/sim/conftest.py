@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from app.kubelet.deviceplugin import DevicePluginServer
-from app.kubelet.paths import device_plugins_dir
-from app.sim.kubelet import SimKubelet
+from devicedeck.kubelet.deviceplugin import DevicePluginServer
+from devicedeck.kubelet.paths import device_plugins_dir
+from devicedeck.sim.kubelet import SimKubelet
 
 from .helpers import RecordingPlugin, make_devices
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import grpc
 
-from app.kubelet.deviceplugin import DevicePluginServer, PluginDevice
-from app.kubelet.paths import pod_resources_socket, unix_target
-from app.kubelet.proto import deviceplugin_pb2 as dp
-from app.kubelet.proto import pluginregistration_pb2 as preg
-from app.kubelet.proto import pluginregistration_pb2_grpc as preg_grpc
-from app.kubelet.proto import podresources_pb2 as pr
-from app.kubelet.proto import podresources_pb2_grpc as pr_grpc
+from devicedeck.kubelet.deviceplugin import DevicePluginServer, PluginDevice
+from devicedeck.kubelet.paths import pod_resources_socket, unix_target
+from devicedeck.kubelet.proto import deviceplugin_pb2 as dp
+from devicedeck.kubelet.proto import pluginregistration_pb2 as preg
+from devicedeck.kubelet.proto import pluginregistration_pb2_grpc as preg_grpc
+from devicedeck.kubelet.proto import podresources_pb2 as pr
+from devicedeck.kubelet.proto import podresources_pb2_grpc as pr_grpc
 
 
 def wait_until(

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from app.kubelet.deviceplugin import PluginDevice
-from app.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
+from devicedeck.kubelet.deviceplugin import PluginDevice
+from devicedeck.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
 
 from .helpers import RecordingPlugin, wait_until
 

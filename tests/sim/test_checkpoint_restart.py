@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.kubelet.checkpoint import read_checkpoint
-from app.kubelet.deviceplugin import PluginDevice
-from app.kubelet.paths import device_plugins_dir
-from app.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
+from devicedeck.kubelet.checkpoint import read_checkpoint
+from devicedeck.kubelet.deviceplugin import PluginDevice
+from devicedeck.kubelet.paths import device_plugins_dir
+from devicedeck.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
 
 from .helpers import RecordingPlugin, device_entries, list_pods, wait_until
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from app.kubelet.checkpoint import read_checkpoint
-from app.sim.apiserver import SimApiServer
-from app.sim.apiserver.resources import NODES, PODS
-from app.sim.kubeclient import KubeClient
-from app.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
+from devicedeck.kubelet.checkpoint import read_checkpoint
+from devicedeck.sim.apiserver import SimApiServer
+from devicedeck.sim.apiserver.resources import NODES, PODS
+from devicedeck.sim.kubeclient import KubeClient
+from devicedeck.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
 
 from .helpers import RecordingPlugin, wait_until
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.sim import ctl
-from app.sim.commands import main
-from app.sim.kubelet import SimKubelet
-from app.sim.node import PluginSpec, SimNode
+from devicedeck.sim import ctl
+from devicedeck.sim.commands import main
+from devicedeck.sim.kubelet import SimKubelet
+from devicedeck.sim.node import PluginSpec, SimNode
 
 from .helpers import RecordingPlugin, wait_until
 

@@ -14,11 +14,11 @@ from typing import Any
 import grpc
 import pytest
 
-from app.kubelet.paths import dra_plugin_socket, unix_target
-from app.kubelet.proto import drahealth_pb2, drahealth_pb2_grpc
-from app.sim import ctl
-from app.sim.commands import main
-from app.sim.dra_driver import DRIVER
+from devicedeck.kubelet.paths import dra_plugin_socket, unix_target
+from devicedeck.kubelet.proto import drahealth_pb2, drahealth_pb2_grpc
+from devicedeck.sim import ctl
+from devicedeck.sim.commands import main
+from devicedeck.sim.dra_driver import DRIVER
 
 from .helpers import wait_until
 
@@ -31,7 +31,7 @@ def driver(root: Path) -> Iterator[subprocess.Popen[bytes]]:
         [
             sys.executable,
             "-m",
-            "app.sim.commands",
+            "devicedeck.sim.commands",
             "sim-dra-driver",
             "--root",
             str(root),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.kubelet.checkpoint import read_checkpoint
-from app.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
+from devicedeck.kubelet.checkpoint import read_checkpoint
+from devicedeck.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
 
 from .helpers import RecordingPlugin, allocatable, device_entries, wait_until
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from app.sim import ctl
-from app.sim.commands import main
-from app.sim.kubelet.control import call, control_socket_path
-from app.sim.node import PluginSpec, SimNode, parse_node_health_event
-from app.sim.workload import WORKLOAD_NAMESPACES
+from devicedeck.sim import ctl
+from devicedeck.sim.commands import main
+from devicedeck.sim.kubelet.control import call, control_socket_path
+from devicedeck.sim.node import PluginSpec, SimNode, parse_node_health_event
+from devicedeck.sim.workload import WORKLOAD_NAMESPACES
 
 from .helpers import RecordingPlugin, list_pods, wait_until
 
@@ -60,7 +60,7 @@ def test_sim_node_process_runs_a_workload_and_stops_on_sigterm(root: Path) -> No
     command = [
         sys.executable,
         "-m",
-        "app.sim.commands",
+        "devicedeck.sim.commands",
         "sim-node",
         "--root",
         str(root),
@@ -94,7 +94,7 @@ def test_sim_node_process_runs_a_workload_and_stops_on_sigterm(root: Path) -> No
 
 
 def test_cli_offers_the_simulator_commands() -> None:
-    from app.cli import build_parser
+    from devicedeck.cli import build_parser
 
     parser = build_parser()
     for command in ("sim-kubelet", "sim-node", "sim-ctl"):
@@ -120,7 +120,7 @@ def test_sim_kubelet_process_serves_a_separate_plugin_and_stops_on_sigint(
     root: Path, start_plugin: Callable[..., RecordingPlugin], capsys: pytest.CaptureFixture[str]
 ) -> None:
     log_path = root / "kubelet.log"
-    command = [sys.executable, "-m", "app.sim.commands", "sim-kubelet", "--root", str(root)]
+    command = [sys.executable, "-m", "devicedeck.sim.commands", "sim-kubelet", "--root", str(root)]
     with (
         log_path.open("w") as log,
         subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT) as process,

@@ -9,11 +9,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from app.kubelet.deviceplugin import PluginDevice
-from app.kubelet.paths import pod_resources_socket, unix_target
-from app.kubelet.proto import podresources_pb2 as pr
-from app.sim.kubelet import ContainerSpec, SimKubelet
-from app.sim.kubelet.podresources_server import TokenBucket
+from devicedeck.kubelet.deviceplugin import PluginDevice
+from devicedeck.kubelet.paths import pod_resources_socket, unix_target
+from devicedeck.kubelet.proto import podresources_pb2 as pr
+from devicedeck.sim.kubelet import ContainerSpec, SimKubelet
+from devicedeck.sim.kubelet.podresources_server import TokenBucket
 
 from .helpers import (
     RecordingPlugin,

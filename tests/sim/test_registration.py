@@ -8,10 +8,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from app.kubelet.paths import unix_target
-from app.kubelet.proto import deviceplugin_pb2 as dp
-from app.kubelet.proto import pluginregistration_pb2 as preg
-from app.sim.kubelet import SimKubelet
+from devicedeck.kubelet.paths import unix_target
+from devicedeck.kubelet.proto import deviceplugin_pb2 as dp
+from devicedeck.kubelet.proto import pluginregistration_pb2 as preg
+from devicedeck.sim.kubelet import SimKubelet
 
 from .helpers import RecordingPlugin, WatcherRegistration, wait_until
 

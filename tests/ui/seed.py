@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import write_session
-from app.inventory.ingest import apply_snapshot
-from app.inventory.models import Node
-from app.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from devicedeck.db import write_session
+from devicedeck.inventory.ingest import apply_snapshot
+from devicedeck.inventory.models import Node
+from devicedeck.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
 
 GPU = "nvidia.com/gpu"
 QAT = "qat.intel.com/generic"

@@ -22,8 +22,8 @@ import uvicorn
 from agent.helpers import free_port, listens_on
 from fastapi import FastAPI
 
-from app.config import Settings
-from app.main import create_app
+from devicedeck.config import Settings
+from devicedeck.main import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ class ServedProcess:
                 [
                     sys.executable,
                     "-m",
-                    "app.cli",
+                    "devicedeck.cli",
                     "serve",
                     "--no-migrate",
                     "--port",

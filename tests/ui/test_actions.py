@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.config import Settings
-from app.ui.actions import device_commands, device_link, node_commands
+from devicedeck.config import Settings
+from devicedeck.ui.actions import device_commands, device_link, node_commands
 
 
 def test_commands_quote_names_for_the_shell() -> None:

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.ui import stream as stream_module
+from devicedeck.config import Settings
+from devicedeck.ui import stream as stream_module
 
 from .conftest import Ingest, MakeToken, Pages, dev, typical_cluster
 from .servers import threaded_server, wait_until

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.clock import utcnow
-from app.inventory.charts import resource_history
-from app.inventory.freshness import Freshness
-from app.inventory.overview import (
+from devicedeck.clock import utcnow
+from devicedeck.inventory.charts import resource_history
+from devicedeck.inventory.freshness import Freshness
+from devicedeck.inventory.overview import (
     group_devices_by_resource_and_numa,
     natural_key,
     nodes_needing_attention,

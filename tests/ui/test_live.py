@@ -14,7 +14,7 @@ import fastapi.routing
 import httpx
 import pytest
 
-from app.config import AuthMode, Settings
+from devicedeck.config import AuthMode, Settings
 
 from .conftest import GPU, Ingest, MakeToken, dev
 from .dom import parse

@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.clock import utcnow
-from app.db import write_session
-from app.inventory.models import Allocation, Device, Node
-from app.inventory.overview import NODE_REMOVED_TILE_LIMIT, NODE_TILE_LIMIT
+from devicedeck.clock import utcnow
+from devicedeck.db import write_session
+from devicedeck.inventory.models import Allocation, Device, Node
+from devicedeck.inventory.overview import NODE_REMOVED_TILE_LIMIT, NODE_TILE_LIMIT
 
 from .conftest import GPU, NIC, Ingest, Pages, dev, held, typical_cluster
 from .dom import Element, parse

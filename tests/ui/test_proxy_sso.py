@@ -13,8 +13,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import AuthMode, Settings
-from app.main import create_app
+from devicedeck.config import AuthMode, Settings
+from devicedeck.main import create_app
 
 from .conftest import MakeToken
 from .dom import parse
@@ -143,7 +143,7 @@ def test_bad_proxy_settings_stop_the_service_naming_the_setting(
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
     clean |= {"DEVICEDECK_DATABASE_URL": f"sqlite:///{tmp_path}/devicedeck.db", **env}
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "serve", "--port", "0"],
+        [sys.executable, "-m", "devicedeck.cli", "serve", "--port", "0"],
         cwd=ROOT,
         env=clean,
         capture_output=True,

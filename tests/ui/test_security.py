@@ -7,8 +7,8 @@ from http.cookies import SimpleCookie
 import httpx
 from fastapi.testclient import TestClient
 
-from app.config import AuthMode, Settings
-from app.main import create_app
+from devicedeck.config import AuthMode, Settings
+from devicedeck.main import create_app
 
 from .conftest import Ingest, MakeToken, Pages, typical_cluster
 from .dom import parse

@@ -18,10 +18,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.auth import authenticate, create_token, revoke_token
-from app.clock import utcnow
-from app.config import Settings
-from app.dashboard_sessions import (
+from devicedeck.auth import authenticate, create_token, revoke_token
+from devicedeck.clock import utcnow
+from devicedeck.config import Settings
+from devicedeck.dashboard_sessions import (
     SessionLimits,
     authenticate_session,
     end_session,
@@ -29,9 +29,9 @@ from app.dashboard_sessions import (
     record_session_use,
     start_session,
 )
-from app.db import write_session
-from app.inventory.models import DashboardSession
-from app.main import create_app
+from devicedeck.db import write_session
+from devicedeck.inventory.models import DashboardSession
+from devicedeck.main import create_app
 
 from .conftest import MakeToken
 from .servers import served_processes

@@ -12,11 +12,11 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.auth import revoke_token
-from app.clock import utcnow
-from app.config import Settings
-from app.db import write_session
-from app.inventory.models import ApiToken
+from devicedeck.auth import revoke_token
+from devicedeck.clock import utcnow
+from devicedeck.config import Settings
+from devicedeck.db import write_session
+from devicedeck.inventory.models import ApiToken
 
 from .conftest import MakeToken
 from .servers import threaded_server, wait_until

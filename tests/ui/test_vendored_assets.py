@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.ui.assets import (
+from devicedeck.ui.assets import (
     PACKAGE_LOCK,
     VENDOR,
     VENDORED_FILES,

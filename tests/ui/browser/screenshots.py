@@ -12,10 +12,10 @@ from pathlib import Path
 
 from playwright.async_api import async_playwright
 
-from app.clock import utcnow
-from app.config import AuthMode, Settings
-from app.db import create_db_engine, make_session_factory
-from app.migrate import upgrade_to_head
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, Settings
+from devicedeck.db import create_db_engine, make_session_factory
+from devicedeck.migrate import upgrade_to_head
 
 from ..seed import seed_cluster
 from ..servers import threaded_server

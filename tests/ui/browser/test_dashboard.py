@@ -12,8 +12,8 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.clock import utcnow
-from app.config import AuthMode, Settings
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, Settings
 
 from ..conftest import MakeToken
 from ..seed import GPU, device, gpu_id, seed_cluster

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.clock import utcnow
-from app.config import AuthMode, Settings
-from app.db import write_session
-from app.kube import dra_sync, node_sync
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, Settings
+from devicedeck.db import write_session
+from devicedeck.kube import dra_sync, node_sync
 
 from ..conftest import MakeToken
 from ..servers import threaded_server

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.clock import utcnow
-from app.config import AuthMode, Settings
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, Settings
 
 from ..seed import gpu_id, seed_cluster
 from ..servers import threaded_server

@@ -1,1 +1,0 @@
-"""Generated gRPC stubs for the kubelet APIs; regenerate with `python -m app.kubelet.generate`."""

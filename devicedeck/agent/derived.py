@@ -1,0 +1,56 @@
+"""Device health derived from kubelet data, for resources whose plugin stream is not tapped.
+
+GetAllocatableResources lists a resource's healthy devices only, so a device the node knows
+but does not offer is unhealthy. A resource's devices are everything the kubelet shows in
+any form: allocatable, allocated to a pod, registered in the checkpoint, and every device
+seen before. Each is Healthy when allocatable, Unhealthy otherwise. Remembering devices
+seen before matters: a failed device simply vanishes from allocatable, and without memory
+the service would record it as removed instead of unhealthy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from devicedeck.agent.snapshots import HEALTHY, UNHEALTHY, NumaMap, device_json
+
+
+class DerivedHealth:
+    def __init__(self) -> None:
+        # resource -> device ID -> last known NUMA nodes
+        self._seen: dict[str, dict[str, tuple[int, ...]]] = {}
+
+    def remember(self, resource: str, device_id: str, numa: Iterable[int] = ()) -> None:
+        devices = self._seen.setdefault(resource, {})
+        nodes = tuple(sorted(set(numa)))
+        if nodes or device_id not in devices:
+            devices[device_id] = nodes
+
+    def known(self, resource: str) -> set[str]:
+        return set(self._seen.get(resource, {}))
+
+    def resources(self) -> set[str]:
+        return set(self._seen)
+
+    def devices(
+        self,
+        *,
+        healthy: Mapping[str, set[str]],
+        allocated: Mapping[str, set[str]],
+        registered: Mapping[str, Iterable[str]],
+        numa: NumaMap,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Each resource's devices with derived health; updates the memory of seen devices."""
+        for source in (healthy, allocated, registered):
+            for resource, ids in source.items():
+                for device_id in ids:
+                    self.remember(resource, device_id, numa.get((resource, device_id), ()))
+        result: dict[str, list[dict[str, Any]]] = {}
+        for resource, devices in sorted(self._seen.items()):
+            offered = healthy.get(resource, set())
+            result[resource] = [
+                device_json(device_id, HEALTHY if device_id in offered else UNHEALTHY, nodes)
+                for device_id, nodes in sorted(devices.items())
+            ]
+        return result
