@@ -109,13 +109,21 @@ def test_wheel_carries_migrations_templates_and_static_files(installed: Installe
     assert {f"static/vendor/{name}" for name in VENDORED_FILES} <= static
     assert {f"devicedeck/bundled/{name}" for name in static} <= names
     assert not [n for n in names if "__pycache__" in n]
+    # One top-level package: nothing with a generic name that another project could shadow.
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {
+        "devicedeck"
+    }
 
 
 def test_installed_command_reports_its_version(installed: Installed) -> None:
     out = run([installed.devicedeck, "--version"], installed.elsewhere, installed.env())
     assert out.strip() == f"devicedeck {__version__}"
     where = run(
-        [str(installed.venv / "bin" / "python"), "-c", "import app; print(app.__file__)"],
+        [
+            str(installed.venv / "bin" / "python"),
+            "-c",
+            "import devicedeck; print(devicedeck.__file__)",
+        ],
         installed.elsewhere,
         installed.env(),
     )
