@@ -163,6 +163,24 @@ def resource_history(
     }
 
 
+def ending_at(history: dict[str, Any], at: str, resources: list[dict[str, Any]]) -> dict[str, Any]:
+    """`history` (resource_history's, possibly drawn a while ago) with its last point moved to
+    the moment `at` and set to `resources` (resource_totals' items, read at that moment): the
+    charts' "now" is then the same count as the totals beside them, however old the rest.
+    A resource that had no device when the history was drawn starts from zero; one with no
+    device now ends at zero."""
+    now = {item["resource"]: item for item in resources}
+    length = len(history["times"])
+    ended: dict[str, dict[str, list[int]]] = {}
+    for name in sorted(set(history["resources"]) | set(now)):
+        drawn = history["resources"].get(name) or {series: [0] * length for series in SERIES}
+        counts = now.get(name) or {}
+        rows = {series: [*drawn[series][:-1], int(counts.get(series, 0))] for series in SERIES}
+        if any(any(values) for values in rows.values()):
+            ended[name] = rows
+    return {**history, "end": at, "times": [*history["times"][:-1], at], "resources": ended}
+
+
 def _current_state(session: Session, clock: Freshness) -> _Walk:
     stale = set(session.scalars(select(Node.name).where(Node.last_seen < clock.cutoff)))
     totals: dict[str, list[int]] = {}

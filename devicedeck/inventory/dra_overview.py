@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
@@ -13,25 +14,48 @@ from devicedeck.inventory.dra_devices import is_allocated, newest_generation, re
 from devicedeck.inventory.fields import UNHEALTHY
 
 
-def dra_counts(session: Session) -> dict[str, int]:
+@dataclass(frozen=True)
+class UnhealthyDraDevices:
+    """How many devices of one pool are unhealthy, and the one node they are on (None for
+    devices of every node or of a node selector)."""
+
+    node: str | None
+    driver: str
+    pool: str
+    count: int
+
+
+def dra_counts(session: Session, unhealthy: list[UnhealthyDraDevices]) -> dict[str, int]:
     """Devices of every pool's newest generation: allocated as the scheduler counts it,
-    unhealthy as last reported, free = neither; and pools still being published."""
+    unhealthy as last reported (`unhealthy`: unhealthy_dra_devices, read with the same
+    session, so the overview's card and its list of problems are one count), free = neither;
+    and pools still being published."""
 
     def count(*conditions: Any) -> int:
         query = select(func.count()).select_from(DraDevice).where(newest_generation(), *conditions)
         return int(session.scalar(query) or 0)
 
-    devices = count()
-    allocated = count(is_allocated())
-    unhealthy = count(reported_health(UNHEALTHY))
-    free = count(~is_allocated(), ~reported_health(UNHEALTHY))
     return {
-        "devices": devices,
-        "allocated": allocated,
-        "unhealthy": unhealthy,
-        "free": free,
+        "devices": count(),
+        "allocated": count(is_allocated()),
+        "unhealthy": sum(group.count for group in unhealthy),
+        "free": count(~is_allocated(), ~reported_health(UNHEALTHY)),
         "incomplete_pools": len(incomplete_pools(session)),
     }
+
+
+def unhealthy_dra_devices(session: Session) -> list[UnhealthyDraDevices]:
+    """Devices of every pool's newest generation last reported Unhealthy, by node and pool."""
+    rows = session.execute(
+        select(DraDevice.node, DraDevice.driver, DraDevice.pool, func.count())
+        .where(newest_generation(), reported_health(UNHEALTHY))
+        .group_by(DraDevice.node, DraDevice.driver, DraDevice.pool)
+        .order_by(DraDevice.driver, DraDevice.pool, DraDevice.node)
+    )
+    return [
+        UnhealthyDraDevices(node=node, driver=driver, pool=pool, count=int(n))
+        for node, driver, pool, n in rows
+    ]
 
 
 def incomplete_pools(session: Session) -> list[tuple[str, str]]:

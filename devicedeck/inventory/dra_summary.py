@@ -28,6 +28,12 @@ Key = tuple[str, str, str]
 PoolKey = tuple[str, str]
 
 
+def _objects(stored: list[Any] | None) -> list[dict[str, Any]]:
+    """Conditions and taints are kept as the API server gave them; only objects can be
+    read as one."""
+    return [item for item in stored or [] if isinstance(item, dict)]
+
+
 def _claim_ref(result: DraClaimDevice, claim: DraClaim) -> dict[str, Any]:
     return {
         "namespace": claim.namespace,
@@ -37,7 +43,7 @@ def _claim_ref(result: DraClaimDevice, claim: DraClaim) -> dict[str, Any]:
         "share_id": result.share_id,
         "admin_access": result.admin_access,
         "consumed_capacity": result.consumed_capacity,
-        "conditions": result.conditions or [],
+        "conditions": _objects(result.conditions),
         "consumers": [
             {
                 "namespace": claim.namespace,
@@ -72,9 +78,13 @@ def _short(name: str, driver: str) -> str:
 
 
 def capacity_left(device: DraDevice, holders: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each capacity with what the device's shares consume and what is left; a device that
-    is not shareable has nothing to add."""
-    shaped = {name: dict(entry) for name, entry in device.capacity.items()}
+    """Each capacity with what the device's shares consume and what is left. A device that
+    is not shareable has the same shape, with neither (None): pages and the API read one
+    shape whatever the device."""
+    shaped = {
+        name: {**entry, "consumed": None, "available": None}
+        for name, entry in device.capacity.items()
+    }
     if not device.allow_multiple:
         return shaped
     consumed: dict[str, Decimal] = defaultdict(Decimal)
@@ -181,7 +191,7 @@ def summaries(session: Session, devices: list[DraDevice]) -> list[dict[str, Any]
                 "pool_state": pools.get((d.driver, d.pool)),
                 "attributes": d.attributes,
                 "capacity": capacity_left(d, holders),
-                "taints": d.taints,
+                "taints": _objects(d.taints),
                 "shared": d.allow_multiple,
                 "allocated": bool(holders),
                 "claims": holders,

@@ -10,30 +10,43 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.dra_overview import dra_counts
+from devicedeck.inventory.attention import needs_attention
+from devicedeck.inventory.dra_overview import UnhealthyDraDevices, dra_counts, unhealthy_dra_devices
 from devicedeck.inventory.fields import HEALTHY, PRESENT, REMOVED
 from devicedeck.inventory.freshness import Freshness
 from devicedeck.inventory.models import Allocation, Device, DeviceCount, Node
 from devicedeck.inventory.queries import DeviceFilters, list_devices, resource_totals
 
 COUNT_FIELDS = ("devices", "healthy", "unhealthy", "unknown", "allocated", "free")
-# Devices removed this recently count as capacity the node lost; older removals are history.
-CAPACITY_LOSS_WINDOW = timedelta(hours=24)
-# Names in node capacity that are not extended resources (kubelet-managed, no device plugin).
 
 
 def _zero() -> dict[str, int]:
     return dict.fromkeys(COUNT_FIELDS, 0)
 
 
-def cluster_summary(session: Session, clock: Freshness) -> dict[str, Any]:
-    """Node totals, per-resource device totals and the sum over all resources.
+def overview_picture(session: Session, clock: Freshness) -> dict[str, Any]:
+    """Everything the overview shows but its charts' history and its event feed, read with
+    one session at one moment (`clock.now`, the "now" of the charts too), so that no part of
+    the page contradicts another."""
+    dra_unhealthy = unhealthy_dra_devices(session)
+    return {
+        "at": clock.now.isoformat(),
+        "summary": cluster_summary(session, clock, dra_unhealthy),
+        "problems": needs_attention(session, clock, dra_unhealthy),
+    }
+
+
+def cluster_summary(
+    session: Session, clock: Freshness, dra_unhealthy: list[UnhealthyDraDevices]
+) -> dict[str, Any]:
+    """Node totals, per-resource device totals and the sum over all resources, and the DRA
+    devices' counts (`dra_unhealthy`: unhealthy_dra_devices).
 
     The per-resource numbers are list_resources' totals.
     """
@@ -49,82 +62,8 @@ def cluster_summary(session: Session, clock: Freshness) -> dict[str, Any]:
         "nodes": {"total": int(node_total or 0), "stale": int(node_stale or 0)},
         "resources": [{"resource": name, **per_resource[name]} for name in sorted(per_resource)],
         "totals": totals,
-        "dra": dra_counts(session),
+        "dra": dra_counts(session, dra_unhealthy),
     }
-
-
-def nodes_needing_attention(
-    session: Session, clock: Freshness, *, limit: int = 12, loss_window: timedelta | None = None
-) -> dict[str, Any]:
-    """Nodes that are stale, have unhealthy devices, or lost devices recently; worst first.
-
-    Unhealthy counts are what the node last reported: a stale node's devices are shown as
-    Unknown elsewhere, but the stale mark is the problem to fix first.
-    """
-    removed_since = clock.now - (loss_window or CAPACITY_LOSS_WINDOW)
-    per_node: dict[int, dict[str, Any]] = defaultdict(lambda: {"unhealthy": {}, "lost": {}})
-    # Not Healthy as reported: from the counters (devices: present ones only).
-    for node_id, resource, bad in session.execute(
-        select(
-            DeviceCount.node_id,
-            DeviceCount.resource,
-            DeviceCount.unhealthy + DeviceCount.unknown,
-        ).where(DeviceCount.unhealthy + DeviceCount.unknown > 0)
-    ):
-        per_node[node_id]["unhealthy"][resource] = int(bad)
-    for node_id, resource, gone in session.execute(
-        select(Device.node_id, Device.resource, func.count())
-        .where(Device.state == REMOVED, Device.removed_at >= removed_since)
-        .group_by(Device.node_id, Device.resource)
-    ):
-        per_node[node_id]["lost"][resource] = int(gone)
-    stale = {
-        node_id: last_seen
-        for node_id, last_seen in session.execute(
-            select(Node.id, Node.last_seen).where(Node.last_seen < clock.cutoff)
-        )
-    }
-    empty: dict[str, Any] = {"unhealthy": {}, "lost": {}}
-    scores = {
-        node_id: _severity(node_id in stale, per_node.get(node_id, empty))
-        for node_id in set(stale) | set(per_node)
-    }
-    worst = sorted(scores, key=lambda node_id: (-scores[node_id], node_id))[:limit]
-    nodes = (
-        {
-            node_id: (name, last_seen)
-            for node_id, name, last_seen in session.execute(
-                select(Node.id, Node.name, Node.last_seen).where(Node.id.in_(worst))
-            )
-        }
-        if worst
-        else {}
-    )
-    items = []
-    for node_id in worst:
-        name, last_seen = nodes[node_id]
-        found = per_node.get(node_id, empty)
-        items.append(
-            {
-                "name": name,
-                "stale": node_id in stale,
-                "last_seen": last_seen.isoformat(),
-                "unhealthy": dict(sorted(found["unhealthy"].items())),
-                "lost": dict(sorted(found["lost"].items())),
-            }
-        )
-    items.sort(key=lambda item: (not item["stale"], -_out_of_service(item), item["name"]))
-    return {"items": items, "count": len(scores)}
-
-
-def _out_of_service(item: dict[str, Any]) -> int:
-    return sum(item["unhealthy"].values()) + sum(item["lost"].values())
-
-
-def _severity(stale: bool, found: dict[str, Any]) -> int:
-    """Stale first (nothing on it is known), then by how many devices are out of service."""
-    out = sum(found["unhealthy"].values()) + sum(found["lost"].values())
-    return (1_000_000 if stale else 0) + out
 
 
 # A node page shows at most this many present devices as tiles, and this many removed ones

@@ -232,6 +232,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return _unavailable(request)
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error", extra={"method": request.method, "path": request.url.path})
-        return error_response(500, "internal_error", "internal error; see the service log")
+        # A page that failed (in a query or in its template) is still answered as a page.
+        return _answer(request, 500, "internal_error", "internal error; see the service log")

@@ -7,13 +7,10 @@ from datetime import timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.clock import utcnow
+from devicedeck.inventory.attention import needs_attention
 from devicedeck.inventory.charts import resource_history
 from devicedeck.inventory.freshness import Freshness
-from devicedeck.inventory.overview import (
-    group_devices_by_resource_and_numa,
-    natural_key,
-    nodes_needing_attention,
-)
+from devicedeck.inventory.overview import group_devices_by_resource_and_numa, natural_key
 
 from .seed import Cluster, device, pod
 
@@ -50,27 +47,32 @@ def test_history_replays_devices_health_allocations_and_staleness(
     assert history["times"][-1] == now.isoformat()
 
 
-def test_nodes_needing_attention_puts_stale_first(session_factory: sessionmaker[Session]) -> None:
+def test_needs_attention_puts_stale_first(session_factory: sessionmaker[Session]) -> None:
     now = utcnow()
     cluster = Cluster(session_factory)
     cluster.devices("fine", GPU, [device("g0", 0)], now)
     cluster.devices("sick", GPU, [device("g0", 0, "Unhealthy"), device("g1", 0, "Bad")], now)
     cluster.devices("shrunk", GPU, [device("g0", 0), device("g1", 0)], now - timedelta(seconds=5))
     cluster.devices("shrunk", GPU, [device("g0", 0)], now)
-    cluster.devices("quiet", GPU, [device("g0", 0)], now - timedelta(hours=1))
+    cluster.devices("quiet", GPU, [device("g0", 0, "Unhealthy")], now - timedelta(hours=1))
     with session_factory() as session:
-        found = nodes_needing_attention(session, Freshness(now=now, stale_after=STALE_AFTER))
-    assert found["count"] == 3
-    assert [(i["name"], i["stale"], i["unhealthy"], i["lost"]) for i in found["items"]] == [
-        ("quiet", True, {}, {}),
-        ("sick", False, {GPU: 2}, {}),
-        ("shrunk", False, {}, {GPU: 1}),
+        found = needs_attention(session, Freshness(now=now, stale_after=STALE_AFTER), [])
+    assert found["count"] == 3 and found["nodes"] == 3 and found["pools"] == 0
+    assert [
+        (i["name"], i["stale"], i["unhealthy"], i["unknown"], i["lost"]) for i in found["items"]
+    ] == [
+        # A stale node's devices are Unknown, as the totals count them.
+        ("quiet", True, {}, {GPU: 1}, {}),
+        ("sick", False, {GPU: 2}, {}, {}),
+        ("shrunk", False, {}, {}, {GPU: 1}),
     ]
+    # What the stale node said last is kept apart.
+    assert found["items"][0]["unhealthy_when_seen"] == {GPU: 1}
     # A removal older than the window is history, not a problem.
     later = Freshness(now=now + timedelta(days=2), stale_after=timedelta(days=3))
     with session_factory() as session:
-        names = [i["name"] for i in nodes_needing_attention(session, later)["items"]]
-    assert names == ["sick"]
+        names = [i["name"] for i in needs_attention(session, later, [])["items"]]
+    assert names == ["sick", "quiet"]
 
 
 def summary(device_id: str, numa: list[int], state: str = "present") -> dict[str, object]:

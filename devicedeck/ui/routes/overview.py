@@ -8,14 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.charts import DEFAULT_WINDOW, WINDOWS, resource_history
+from devicedeck.inventory.charts import DEFAULT_WINDOW, WINDOWS, ending_at, resource_history
 from devicedeck.inventory.freshness import Freshness
 from devicedeck.inventory.history import EventFilters, latest_event_id, list_events
-from devicedeck.inventory.overview import (
-    cluster_summary,
-    nodes_needing_attention,
-    oldest_device_time,
-)
+from devicedeck.inventory.overview import oldest_device_time, overview_picture
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.cache import PageCache
 from devicedeck.ui.forms import Form
@@ -43,26 +39,23 @@ def overview(request: Request, viewer: Viewer, session: ReadSession, clock: Quer
     default_window = fitting_window(session, clock)
     window = form.choice("window", {name: name for name in WINDOWS} | {"": default_window})
     cache: PageCache = request.app.state.ui_cache
-    fresh = (latest_event_id(session), int(clock.now.timestamp() // SUMMARY_TTL))
+    # One picture for every region: regions replaced on their own (live, or the charts after
+    # the page) then show one moment too.
+    moment = (latest_event_id(session), int(clock.now.timestamp() // SUMMARY_TTL))
+    picture = cache.get_or_compute(("picture", *moment), lambda: overview_picture(session, clock))
     context: dict[str, Any] = {
-        "summary": cache.get_or_compute(
-            ("summary", *fresh), lambda: cluster_summary(session, clock)
-        ),
-        "problems": cache.get_or_compute(
-            ("problems", *fresh), lambda: nodes_needing_attention(session, clock)
-        ),
+        "summary": picture["summary"],
+        "problems": picture["problems"],
         "events": list_events(session, EventFilters(), limit=LATEST_EVENTS).items,
         "window": window,
         "default_window": default_window,
         "windows": list(WINDOWS),
         # Charts replay a day of events: the page comes first, the charts a moment later.
-        "charts": _charts(request, session, clock, window)
+        "charts": _charts(request, session, clock, window, picture)
         if region_requested(request, "overview-trends")
         else None,
         "form_problems": form.problem_dicts(),
     }
-    if context["charts"]:
-        context["charts"] = with_now(context["charts"], context["summary"]["resources"])
     canonical = "/" if window == default_window else f"/?window={window}"
     return respond(
         request,
@@ -80,35 +73,20 @@ def overview(request: Request, viewer: Viewer, session: ReadSession, clock: Quer
 
 
 def _charts(
-    request: Request, session: Session, clock: Freshness, window: str
+    request: Request, session: Session, clock: Freshness, window: str, picture: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Charts per resource, rebuilt at most once a minute per window: rebuilding walks every
-    event in the window. A chart a minute old is still right at its scale (a point every 15
-    minutes over a day)."""
+    """Charts per resource. The history is rebuilt at most once a minute per window (it walks
+    every event in the window; a minute is nothing at its scale, a point every 15 minutes over
+    a day); its last point, "now", is the picture's, the same counts as the table."""
     cache: PageCache = request.app.state.ui_cache
-
-    def build() -> list[dict[str, Any]]:
-        history = resource_history(session, clock, WINDOWS[window])
-        return [
-            {"resource": name, **resource_chart(history["times"], series)}
-            for name, series in history["resources"].items()
-        ]
-
-    return cache.get_or_compute(("charts", window, int(clock.now.timestamp() // CHART_TTL)), build)
-
-
-def with_now(charts: list[dict[str, Any]], resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each chart's "now" from the same counts as the resources table beside it: the charts
-    are drawn at most once a minute, the table is read with the page."""
-    counts = {r["resource"]: r for r in resources}
+    history = cache.get_or_compute(
+        ("history", window, int(clock.now.timestamp() // CHART_TTL)),
+        lambda: resource_history(session, clock, WINDOWS[window]),
+    )
+    now = ending_at(history, picture["at"], picture["summary"]["resources"])
     return [
-        {
-            **chart,
-            "now": {k: counts[chart["resource"]][k] for k in ("devices", "healthy", "allocated")},
-        }
-        if chart["resource"] in counts
-        else {**chart, "now": chart["last"]}
-        for chart in charts
+        {"resource": name, **resource_chart(now["times"], series)}
+        for name, series in now["resources"].items()
     ]
 
 
