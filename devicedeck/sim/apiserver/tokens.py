@@ -48,6 +48,28 @@ def service_account_uid(namespace: str, name: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"serviceaccount:{namespace}/{name}"))
 
 
+def user_info(claims: dict[str, Any]) -> dict[str, Any]:
+    """The user a valid token authenticates, with the extras naming its pod and node."""
+    k8s = claims["kubernetes.io"]
+    namespace, account = k8s["namespace"], k8s["serviceaccount"]
+    extra = {f"{EXTRA}credential-id": [f"JTI={claims['jti']}"]}
+    for bound in ("pod", "node"):
+        if bound in k8s:
+            extra[f"{EXTRA}{bound}-name"] = [k8s[bound]["name"]]
+            if k8s[bound].get("uid"):
+                extra[f"{EXTRA}{bound}-uid"] = [k8s[bound]["uid"]]
+    return {
+        "username": f"system:serviceaccount:{namespace}:{account['name']}",
+        "uid": account["uid"],
+        "groups": [
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{namespace}",
+            "system:authenticated",
+        ],
+        "extra": extra,
+    }
+
+
 class TokenIssuer:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -206,26 +228,9 @@ class TokenIssuer:
             reason = e.message if isinstance(e, ApiError) else "invalid bearer token"
             answer["status"] = {"authenticated": False, "user": {}, "error": f"[{reason}]"}
             return answer
-        k8s = claims["kubernetes.io"]
-        namespace, account = k8s["namespace"], k8s["serviceaccount"]
-        extra = {f"{EXTRA}credential-id": [f"JTI={claims['jti']}"]}
-        for bound in ("pod", "node"):
-            if bound in k8s:
-                extra[f"{EXTRA}{bound}-name"] = [k8s[bound]["name"]]
-                if k8s[bound].get("uid"):
-                    extra[f"{EXTRA}{bound}-uid"] = [k8s[bound]["uid"]]
         answer["status"] = {
             "authenticated": True,
-            "user": {
-                "username": f"system:serviceaccount:{namespace}:{account['name']}",
-                "uid": account["uid"],
-                "groups": [
-                    "system:serviceaccounts",
-                    f"system:serviceaccounts:{namespace}",
-                    "system:authenticated",
-                ],
-                "extra": extra,
-            },
+            "user": user_info(claims),
             "audiences": sorted(set(audiences or API_AUDIENCES) & set(claims["aud"])),
         }
         return answer
