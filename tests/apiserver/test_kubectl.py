@@ -456,6 +456,10 @@ def test_explain_node_and_its_fields(kubeconfig: Path) -> None:
     assert "FIELD: taints <[]Taint>" in taints and "effect\t<string> -required-" in taints
     deployment = kubectl(kubeconfig, "explain", "deployment.spec.template.spec.containers").stdout
     assert "GROUP:      apps" in deployment and "resources\t<ResourceRequirements>" in deployment
+    # The OpenAPI v2 document, which client-go reads in protobuf.
+    legacy = kubectl(kubeconfig, "explain", "node.spec", "--output", "plaintext-openapiv2")
+    assert legacy.stdout.startswith("KIND:     Node\nVERSION:  v1\n")
+    assert "unschedulable\t<boolean>" in legacy.stdout
 
 
 @needs_kubectl

@@ -3,6 +3,7 @@ reference resolves, and each kind's PATCH operation carries what kubectl looks f
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,6 +76,21 @@ def test_the_v2_document_resolves_its_references(api: SimApiServer) -> None:
     node = document["definitions"]["io.k8s.api.core.v1.NodeSpec"]["properties"]
     assert node["unschedulable"]["type"] == "boolean"
     assert node["taints"]["items"] == {"$ref": "#/definitions/io.k8s.api.core.v1.Taint"}
+
+
+def test_the_v2_document_in_protobuf_as_client_go_asks_for_it(api: SimApiServer) -> None:
+    request = urllib.request.Request(
+        api.url + "/openapi/v2",
+        headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Type"] == (
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        )
+        body = response.read()
+    # Field 1 (swagger), length-delimited: "2.0"; the definitions' names appear as written.
+    assert body.startswith(b"\n\x032.0")
+    assert b"io.k8s.api.core.v1.NodeSpec" in body
 
 
 def test_an_unknown_document_is_not_found(api: SimApiServer) -> None:

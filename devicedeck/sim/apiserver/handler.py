@@ -20,7 +20,14 @@ from devicedeck.sim.apiserver import protobuf_bodies, reviews, tables
 from devicedeck.sim.apiserver import resources as res
 from devicedeck.sim.apiserver.errors import ApiError, bad_request
 from devicedeck.sim.apiserver.objects import method_not_allowed, serve
-from devicedeck.sim.apiserver.openapi.documents import v2_document, v3_documents, v3_index
+from devicedeck.sim.apiserver.openapi.documents import (
+    v2_document,
+    v2_protobuf,
+    v3_documents,
+    v3_index,
+)
+from devicedeck.sim.apiserver.openapi.protobuf_v2 import ACCEPTED as V2_PROTOBUF_TYPES
+from devicedeck.sim.apiserver.openapi.protobuf_v2 import MEDIA_TYPE as V2_PROTOBUF
 from devicedeck.sim.apiserver.request import Request, Target, target_of
 from devicedeck.sim.apiserver.selectors import matcher
 from devicedeck.sim.apiserver.store import Change
@@ -39,6 +46,10 @@ PROTOBUF_REVIEWS = {
 }
 WATCH_TIMEOUT_DEFAULT = 1800.0
 MAX_BODY = 3 * 1024 * 1024
+
+
+def _first_accepted(request: Request) -> str:
+    return request.headers.get("accept", "").split(",")[0].split(";")[0].strip()
 
 
 def _not_found() -> ApiError:
@@ -78,12 +89,24 @@ class ApiHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_bytes(self, data: bytes, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def _serve(self) -> None:
         warnings: list[str] = []
         try:
             request = self._read()
             self.api.before(request)
             self._authenticate(request)
+            if request.path == "/openapi/v2" and _first_accepted(request) in V2_PROTOBUF_TYPES:
+                if request.method != "GET":
+                    raise method_not_allowed(request.method)
+                self._send_bytes(v2_protobuf(), V2_PROTOBUF)
+                return
             code, body, warnings = self._route(request)
         except ApiError as e:
             code, body = e.code, e.status()

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devicedeck.sim.apiserver.errors import ApiError, bad_request, conflict, invalid, not_found
-from devicedeck.sim.apiserver.resources import NODES, PODS
+from devicedeck.sim.apiserver.resources import NODES, PODS, SERVICE_ACCOUNTS
 from devicedeck.sim.apiserver.store import Store, object_key
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -43,8 +43,12 @@ def _timestamp(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def service_account_uid(namespace: str, name: str) -> str:
-    # Service accounts are not stored here; every one exists, with a stable uid.
+def service_account_uid(store: Store, namespace: str, name: str) -> str:
+    """The account's uid. Tokens may be asked for any account, written to the server or
+    not: one never written has a stable uid made from its name."""
+    stored = store.find(SERVICE_ACCOUNTS.plural, object_key(SERVICE_ACCOUNTS, namespace, name))
+    if stored is not None:
+        return str(stored["metadata"]["uid"])
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"serviceaccount:{namespace}/{name}"))
 
 
@@ -111,7 +115,10 @@ class TokenIssuer:
             )
         claims_k8s: dict[str, Any] = {
             "namespace": namespace,
-            "serviceaccount": {"name": account, "uid": service_account_uid(namespace, account)},
+            "serviceaccount": {
+                "name": account,
+                "uid": service_account_uid(self.store, namespace, account),
+            },
         }
         bound = spec.get("boundObjectRef")
         if bound:

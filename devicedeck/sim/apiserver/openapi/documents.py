@@ -1,6 +1,7 @@
 """The OpenAPI documents, generated from the kind descriptions and the resource table:
-`/openapi/v2` (Swagger 2.0, one document) and `/openapi/v3` (an index of one OpenAPI 3.0
-document per group version, each at `/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/VERSION`).
+`/openapi/v2` (Swagger 2.0, one document, in JSON or protobuf) and `/openapi/v3` (an index of
+one OpenAPI 3.0 document per group version, each at `/openapi/v3/api/v1` or
+`/openapi/v3/apis/GROUP/VERSION`).
 
 kubectl reads them for `explain`, and to learn whether the server validates fields itself
 (a `fieldValidation` query parameter on the kind's PATCH operation): then it sends
@@ -31,6 +32,7 @@ from devicedeck.sim.apiserver.openapi.model import (
     gvk_extension,
     list_definition,
 )
+from devicedeck.sim.apiserver.openapi.protobuf_v2 import encode_document
 
 TITLE = "Kubernetes"
 JSON = "application/json"
@@ -331,6 +333,11 @@ def v2_document() -> dict[str, Any]:
         "paths": dict(sorted(paths.items())),
         "definitions": _schemas(names, v3=False),
     }
+
+
+@cache
+def v2_protobuf() -> bytes:
+    return encode_document(v2_document())
 
 
 def group_version_path(group: str, version: str) -> str:
