@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from devicedeck.api.examples import AT, EARLIER, example, example_of
 from devicedeck.api.kube_models import DraDeviceOut, ExtendedResourceOut
+from devicedeck.api.node_kube_models import NodeKubeStateOut
 from devicedeck.api.vocabulary import DeviceState, Health
 from devicedeck.inventory.events import EventKind
 
@@ -139,6 +140,7 @@ class NodeOut(BaseModel):
             "last_seen": AT,
             "stale": False,
             "resources": {"nvidia.com/gpu": example_of(Counts)},
+            "kubernetes": example_of(NodeKubeStateOut),
         }
     )
 
@@ -147,6 +149,10 @@ class NodeOut(BaseModel):
     last_seen: str | None
     stale: bool
     resources: dict[str, Counts]
+    kubernetes: NodeKubeStateOut | None = Field(
+        description="the node's state in Kubernetes (Ready, cordoned, trouble, taints); null "
+        "while the service does not read the cluster (DEVICEDECK_KUBE) or has not seen the node"
+    )
 
 
 class PluginOut(BaseModel):

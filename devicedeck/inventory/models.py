@@ -102,11 +102,14 @@ class Node(Base):
     last_seen: Mapped[datetime] = mapped_column(index=True)
     # Set by the stale sweep when the node stops reporting, cleared by its next snapshot.
     stale_since: Mapped[datetime | None]
-    # From the Kubernetes API (node status and labels), when the cluster watcher runs.
+    # From the Kubernetes API (node status, spec and labels), when the cluster watcher runs.
     capacity: Mapped[dict[str, Any] | None]
     allocatable: Mapped[dict[str, Any] | None]
     labels: Mapped[dict[str, Any] | None]
     conditions: Mapped[list[Any] | None]
+    # spec.unschedulable (cordoned) and spec.taints.
+    unschedulable: Mapped[bool | None]
+    taints: Mapped[list[Any] | None]
     kube_synced_at: Mapped[datetime | None]
 
 

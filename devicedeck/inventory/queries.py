@@ -46,6 +46,7 @@ from devicedeck.inventory.health_order import (
     health_first_query,
 )
 from devicedeck.inventory.history import device_history
+from devicedeck.inventory.kube_node_state import kube_node_state
 from devicedeck.inventory.models import Allocation, Device, DeviceCount, Node
 from devicedeck.inventory.node_status import node_details
 from devicedeck.inventory.pages import (
@@ -481,6 +482,7 @@ def node_summary(
         "last_seen": iso(node.last_seen),
         "stale": clock.is_stale(node.last_seen),
         "resources": resources,
+        "kubernetes": kube_node_state(node),
     }
 
 

@@ -1,4 +1,5 @@
-"""Node objects from the API server -> the capacity, allocatable, labels and conditions of nodes."""
+"""Node objects from the API server -> the capacity, allocatable, labels, conditions, taints and
+schedulability (cordoned or not) of nodes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from devicedeck.inventory.receipts import lock_node
 
 ACTOR = "kube-watcher"
 CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
+TAINT_FIELDS = ("key", "value", "effect", "timeAdded")
 
 
 def node_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -22,6 +24,7 @@ def node_fields(obj: dict[str, Any]) -> dict[str, Any]:
     minutes without anything happening, and would turn every resync into a write."""
     status = obj.get("status") or {}
     metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
     return {
         "capacity": dict(status.get("capacity") or {}),
         "allocatable": dict(status.get("allocatable") or {}),
@@ -30,6 +33,12 @@ def node_fields(obj: dict[str, Any]) -> dict[str, Any]:
             {key: condition.get(key) for key in CONDITION_FIELDS}
             for condition in status.get("conditions") or []
             if isinstance(condition, dict)
+        ],
+        "unschedulable": spec.get("unschedulable") is True,
+        "taints": [
+            {key: taint.get(key) for key in TAINT_FIELDS if taint.get(key) is not None}
+            for taint in spec.get("taints") or []
+            if isinstance(taint, dict)
         ],
     }
 
@@ -60,6 +69,8 @@ def forget_node(session: Session, name: str, now: datetime, log: EventLog) -> No
     node.allocatable = None
     node.labels = None
     node.conditions = None
+    node.unschedulable = None
+    node.taints = None
     node.kube_synced_at = None
     reconsider_derived_devices(session, node, now, log)
 

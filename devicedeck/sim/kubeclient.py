@@ -147,3 +147,33 @@ class KubeClient:
         except KubeClientError as e:
             if e.code not in (404, 409):
                 raise
+
+    # --- the node's lease and the events the kubelet reports -------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any]:
+        lease: dict[str, Any] = self.request(
+            "GET",
+            f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace)}/leases/{quote(name)}",
+        )
+        return lease
+
+    def create_lease(self, lease: dict[str, Any]) -> dict[str, Any]:
+        namespace = quote(lease["metadata"]["namespace"])
+        created: dict[str, Any] = self.request(
+            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", lease
+        )
+        return created
+
+    def replace_lease(self, lease: dict[str, Any]) -> dict[str, Any]:
+        """PUT with the resourceVersion the lease carries: 409 when someone wrote it since."""
+        metadata = lease["metadata"]
+        path = (
+            f"/apis/coordination.k8s.io/v1/namespaces/{quote(metadata['namespace'])}"
+            f"/leases/{quote(metadata['name'])}"
+        )
+        replaced: dict[str, Any] = self.request("PUT", path, lease)
+        return replaced
+
+    def create_event(self, event: dict[str, Any]) -> None:
+        namespace = quote(event["metadata"]["namespace"])
+        self.request("POST", f"/api/v1/namespaces/{namespace}/events", event)

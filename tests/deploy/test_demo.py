@@ -295,7 +295,69 @@ def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
         )
 
     wait_until(dra_shows, DATA_TIMEOUT, "the simulated DRA driver's devices")
-    return {"node": cluster_node, "detail": detail, "dra": dra, "faults": scripted_faults(port)}
+    return {
+        "node": cluster_node,
+        "detail": detail,
+        "dra": dra,
+        "faults": scripted_faults(port),
+        "cordon": cordon_and_uncordon(port, kubeconfig, node),
+    }
+
+
+def nodes_row(port: int, node: str) -> str:
+    """The row of `node` in the dashboard's nodes list."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/nodes", timeout=5) as response:
+        page = response.read().decode()
+    start = page.index(f'href="/nodes/{node}"')
+    return str(page[start : page.index("</tr>", start)])
+
+
+def set_unschedulable(kubeconfig: Path, node: str, cordoned: bool) -> str:
+    """`kubectl cordon` (or uncordon) against the demo's API server; without kubectl, the
+    JSON patch it amounts to."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is not None:
+        verb = "cordon" if cordoned else "uncordon"
+        done = subprocess.run(
+            [kubectl, "--kubeconfig", str(kubeconfig), verb, node],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    patch = [{"op": "add", "path": "/spec/unschedulable", "value": cordoned}]
+    request = urllib.request.Request(
+        f"{kubeconfig_server(kubeconfig)}/api/v1/nodes/{node}",
+        data=json.dumps(patch).encode(),
+        method="PATCH",
+        headers={"Content-Type": "application/json-patch+json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return f"patched {response.status}"
+
+
+def cordon_and_uncordon(port: int, kubeconfig: Path, node: str) -> dict[str, Any]:
+    """A cordon shows on the nodes list, the node page and the API; an uncordon clears it."""
+    said = set_unschedulable(kubeconfig, node, True)
+    wait_until(
+        lambda: "SchedulingDisabled" in nodes_row(port, node),
+        DATA_TIMEOUT,
+        "the cordoned node on the nodes list",
+    )
+    cordoned = {
+        "said": said,
+        "row": nodes_row(port, node),
+        "page": node_page(port, node),
+        "api": get(port, f"/api/v1/nodes/{node}")["kubernetes"],
+    }
+    set_unschedulable(kubeconfig, node, False)
+    wait_until(
+        lambda: "SchedulingDisabled" not in nodes_row(port, node),
+        DATA_TIMEOUT,
+        "the uncordoned node on the nodes list",
+    )
+    return cordoned | {"after": get(port, f"/api/v1/nodes/{node}")["kubernetes"]}
 
 
 def scripted_faults(port: int) -> dict[str, dict[str, Any]]:
@@ -445,6 +507,16 @@ def test_the_demo_runs_the_whole_cluster_path(first_run: Run, data_dir: Path) ->
     )
     assert all(d["watched_by"] for d in dra.values())
     assert [n for n, d in sorted(dra.items()) if not d["allocated"]] == ["gpu-2", "gpu-3"]
+
+
+def test_a_cordon_with_kubectl_shows_on_the_dashboard(first_run: Run) -> None:
+    cordon = first_run.cluster["cordon"]
+    assert "cordoned" in cordon["said"] or cordon["said"] == "patched 200"
+    assert ">SchedulingDisabled</span>" in cordon["row"]
+    assert '<dd class="mono" id="kube-status">Ready,SchedulingDisabled</dd>' in cordon["page"]
+    assert cordon["api"]["unschedulable"] is True
+    assert "node.kubernetes.io/unschedulable" in [t["key"] for t in cordon["api"]["taints"]]
+    assert (cordon["after"]["status"], cordon["after"]["taints"]) == ("Ready", [])
 
 
 def test_agents_write_as_their_service_account_bound_to_their_node(first_run: Run) -> None:

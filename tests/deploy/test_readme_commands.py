@@ -271,6 +271,44 @@ def check_cluster_kubectl(ran: Ran, demo: Demo) -> None:
     assert ("demo", "my-job") in pods, ran.stdout
 
 
+def check_cluster_kubectl_tour(ran: Ran, demo: Demo) -> None:
+    """README "The demo's cluster": describe shows the node's lease and its kubelet's events,
+    explain reads the field's description, can-i says yes, and the manifests apply as a
+    server dry run, nothing stored. (kubectl warns that the demo's devicedeck-agent namespace,
+    made by the agents' pods, was not made by `kubectl apply`; it errs nowhere.)"""
+    assert "error" not in ran.stderr.lower(), ran.stderr
+    assert "HolderIdentity:  gpu-a" in ran.stdout
+    assert re.search(r"Normal\s+NodeReady\s", ran.stdout), ran.stdout
+    assert "FIELD: unschedulable <boolean>" in ran.stdout
+    assert "\nyes\n" in ran.stdout
+    dry_run = [line for line in ran.stdout.splitlines() if line.endswith("(server dry run)")]
+    assert "deployment.apps/devicedeck created (server dry run)" in dry_run
+    with urllib.request.urlopen(f"{demo.apiserver}/api/v1/namespaces", timeout=10) as response:
+        names = {n["metadata"]["name"] for n in json.load(response)["items"]}
+    assert "devicedeck" not in names
+
+
+def gpu_a_row(demo: Demo) -> str:
+    page = demo.get_text("/nodes")
+    start = page.index('href="/nodes/gpu-a"')
+    return page[start : page.index("</tr>", start)]
+
+
+def check_cluster_cordon(ran: Ran, demo: Demo) -> None:
+    """README "The demo's cluster": within seconds the nodes list shows gpu-a
+    SchedulingDisabled, and the API its kubernetes state."""
+    assert ran.stdout.strip() == "node/gpu-a cordoned", ran.stdout
+    eventually(lambda: "SchedulingDisabled" in gpu_a_row(demo), "gpu-a cordoned on /nodes")
+    state = demo.get("/api/v1/nodes/gpu-a")["kubernetes"]
+    assert state["unschedulable"] is True and state["status"] == "Ready,SchedulingDisabled"
+    assert "node.kubernetes.io/unschedulable" in [t["key"] for t in state["taints"]]
+
+
+def check_cluster_uncordon(ran: Ran, demo: Demo) -> None:
+    assert ran.stdout.strip() == "node/gpu-a uncordoned", ran.stdout
+    eventually(lambda: "SchedulingDisabled" not in gpu_a_row(demo), "gpu-a open on /nodes")
+
+
 def check_advertise_by_hand(ran: Ran, demo: Demo) -> None:
     """README "The demo's cluster": the answer is the updated Node; the service lists the
     resource as advertised by hand at once, and allocatable follows when the kubelet next
@@ -308,6 +346,9 @@ def check_ingest_by_hand(ran: Ran, demo: Demo) -> None:
 CHECKS: dict[str, Callable[[Ran, Demo], None]] = {
     "try-a-pod": check_try_a_pod,
     "cluster-kubectl": check_cluster_kubectl,
+    "cluster-kubectl-tour": check_cluster_kubectl_tour,
+    "cluster-cordon": check_cluster_cordon,
+    "cluster-uncordon": check_cluster_uncordon,
     "advertise-by-hand": check_advertise_by_hand,
     "ingest-by-hand": check_ingest_by_hand,
 }

@@ -7,6 +7,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from devicedeck.sim.apiserver.resources import NODES
+
 from .conftest import Factory, StartApp, ingest_devices, wait_for
 from .fake_apiserver import FakeApiServer
 from .objects import node
@@ -171,3 +173,97 @@ def test_page_and_api_agree_on_what_was_advertised_by_hand(
     by_hand = page.text.split('id="manual-title"', 1)[1].split("</section>", 1)[0]
     assert re.findall(r'<th scope="row" class="mono">([^<]*)</th>', by_hand) == [DONGLE]
     assert "Kubernetes: capacity 2, allocatable 2" in page.text
+
+
+def test_cordon_taints_and_trouble_are_read_from_the_cluster(
+    fake_api: FakeApiServer, start_app: StartApp, auth: dict[str, str], session_factory: Factory
+) -> None:
+    ingest_devices(session_factory, "node-a", GPU, {"gpu-0": "Healthy"})
+    ingest_devices(session_factory, "node-c", GPU, {"gpu-0": "Healthy"})
+    pressed = node("node-a", capacity={GPU: "1"})
+    pressed["status"]["conditions"].append(
+        {"type": "DiskPressure", "status": "True", "reason": "KubeletHasDiskPressure"}
+    )
+    pressed["spec"] = {"taints": [{"key": "example.com/maintenance", "effect": "NoExecute"}]}
+    fake_api.put("nodes", pressed)
+    client = start_app()
+
+    detail = wait_for(
+        lambda: (d := _node(client, auth, "node-a")) and d["kubernetes"] and d,
+        what="node-a synced from the API server",
+    )
+    state = detail["kubernetes"]
+    assert (state["status"], state["ready"], state["unschedulable"]) == ("Ready", "True", False)
+    assert state["trouble"] == ["DiskPressure"]
+    assert state["ready_reason"] == "KubeletReady"
+    # The fake applies the node controllers' taints, as a cluster does a moment later.
+    assert [(t["key"], t["effect"]) for t in state["taints"]] == [
+        ("example.com/maintenance", "NoExecute"),
+        ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ]
+    # A node the cluster does not know has no Kubernetes state.
+    assert _node(client, auth, "node-c")["kubernetes"] is None
+
+    # kubectl cordon node-a, as the JSON patch it amounts to; the watch brings it.
+    fake_api.store.update(
+        NODES,
+        None,
+        "node-a",
+        [{"op": "add", "path": "/spec/unschedulable", "value": True}],
+        content_type="application/json-patch+json",
+    )
+    listed = wait_for(
+        lambda: (
+            (rows := client.get("/api/v1/nodes", headers=auth).json()["results"])
+            and rows[0]["kubernetes"]["unschedulable"]
+            and rows
+        ),
+        what="the cordon through the watch",
+    )
+    assert listed[0]["kubernetes"]["status"] == "Ready,SchedulingDisabled"
+    assert "node.kubernetes.io/unschedulable" in [
+        t["key"] for t in listed[0]["kubernetes"]["taints"]
+    ]
+    assert listed[1]["name"] == "node-c" and listed[1]["kubernetes"] is None
+
+
+def _cell(page: str, start_marker: str, end_marker: str) -> str:
+    start = page.index(start_marker)
+    return page[start : page.index(end_marker, start)]
+
+
+def test_the_nodes_list_and_node_page_show_the_kubernetes_state(
+    fake_api: FakeApiServer, start_app: StartApp, auth: dict[str, str], session_factory: Factory
+) -> None:
+    ingest_devices(session_factory, "node-a", GPU, {"gpu-0": "Healthy"})
+    ingest_devices(session_factory, "node-b", GPU, {"gpu-0": "Healthy"})
+    troubled = node("node-a", capacity={GPU: "1"}, ready="False")
+    troubled["status"]["conditions"][0]["message"] = "container runtime is down"
+    troubled["status"]["conditions"].append({"type": "MemoryPressure", "status": "True"})
+    troubled["spec"] = {"unschedulable": True}
+    fake_api.put("nodes", troubled)
+    fake_api.put("nodes", node("node-b", capacity={GPU: "1"}))
+    client = start_app()
+    wait_for(
+        lambda: all(
+            (d := _node(client, auth, name)) and d["kubernetes"] for name in ("node-a", "node-b")
+        ),
+        what="both nodes synced from the API server",
+    )
+
+    listing = client.get("/nodes", headers=auth).text
+    row_a = _cell(listing, 'href="/nodes/node-a"', "</tr>")
+    for word in ("NotReady", "SchedulingDisabled", "MemoryPressure"):
+        assert f">{word}</span>" in row_a
+    row_b = _cell(listing, 'href="/nodes/node-b"', "</tr>")
+    assert "Reporting" in row_b and "tag-bad" not in row_b and "SchedulingDisabled" not in row_b
+
+    page = client.get("/nodes/node-a", headers=auth).text
+    assert ">SchedulingDisabled</span>" in _cell(page, "<h1", "</h1>")
+    card = _cell(page, 'id="kube-title"', "</section>")
+    assert '<dd class="mono" id="kube-status">NotReady,SchedulingDisabled</dd>' in card
+    assert "container runtime is down" in card
+    assert "Cordoned" in card
+    taints = _cell(card, 'aria-label="Taints"', "</ul>")
+    for key in ("unschedulable", "not-ready", "memory-pressure"):
+        assert f"node.kubernetes.io/{key}" in taints

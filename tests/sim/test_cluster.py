@@ -10,7 +10,8 @@ import pytest
 
 from devicedeck.kubelet.checkpoint import read_checkpoint
 from devicedeck.sim.apiserver import SimApiServer
-from devicedeck.sim.apiserver.resources import NODES, PODS
+from devicedeck.sim.apiserver.patches import MERGE_PATCH
+from devicedeck.sim.apiserver.resources import EVENTS, NODES, PODS
 from devicedeck.sim.kubeclient import KubeClient
 from devicedeck.sim.kubelet import AdmissionError, ContainerSpec, SimKubelet
 
@@ -175,3 +176,55 @@ def test_pod_objects_of_pods_that_went_while_it_was_down_are_deleted(
     wait_until(lambda: "ml/gone" not in pods(api))
     assert set(pods(api)) == {"ml/kept", "ml/someone-elses"}
     assert pods(api)["ml/kept"]["status"]["phase"] == "Running"
+
+
+def events(api: SimApiServer) -> list[tuple[str, str, str]]:
+    items, _ = api.store.list(EVENTS, lambda _obj: True)
+    return [(e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"]) for e in items]
+
+
+def test_the_node_has_a_lease_conditions_and_system_info_as_a_kubelet_posts_them(
+    api: SimApiServer, joined: Callable[..., SimKubelet]
+) -> None:
+    joined()
+    wait_until(lambda: api.store.find("leases", f"kube-node-lease/{NODE}") is not None)
+    lease = api.store.find("leases", f"kube-node-lease/{NODE}")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == NODE
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == node(api)["metadata"]["uid"]
+    status = node(api)["status"]
+    assert [c["type"] for c in status["conditions"]] == [
+        "MemoryPressure",
+        "DiskPressure",
+        "PIDPressure",
+        "Ready",
+    ]
+    assert {c["status"] for c in status["conditions"][:3]} == {"False"}
+    assert status["nodeInfo"]["kubeletVersion"].startswith("v1.")
+    assert status["nodeInfo"]["osImage"] and status["nodeInfo"]["kernelVersion"]
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in status["addresses"]
+    assert ("Node", NODE, "Starting") in events(api)
+    assert ("Node", NODE, "NodeReady") in events(api)
+
+
+def test_a_cordon_is_reported_as_an_event_and_pods_as_they_start(
+    api: SimApiServer, joined: Callable[..., SimKubelet]
+) -> None:
+    kubelet = joined()
+    wait_until(lambda: node(api) != {})
+    assert kubelet.cluster is not None
+    kubelet.cluster.sync(force=True)
+    api.store.update(NODES, None, NODE, {"spec": {"unschedulable": True}}, content_type=MERGE_PATCH)
+    kubelet.cluster.sync(force=True)
+    assert ("Node", NODE, "NodeNotSchedulable") in events(api)
+    api.store.update(
+        NODES, None, NODE, {"spec": {"unschedulable": False}}, content_type=MERGE_PATCH
+    )
+    kubelet.cluster.sync(force=True)
+    assert ("Node", NODE, "NodeSchedulable") in events(api)
+
+    kubelet.create_pod("ml", "train", [ContainerSpec("main", {})])
+    assert ("Pod", "train", "Started") in events(api)
+    with pytest.raises(AdmissionError):
+        kubelet.create_pod("ml", "greedy", [ContainerSpec("main", {GPU: 1})])
+    assert ("Pod", "greedy", "UnexpectedAdmissionError") in events(api)

@@ -9,6 +9,7 @@ from typing import Any
 
 from devicedeck.logs import configure_logging_once
 from devicedeck.signals import stop_on_signals, wait_for_stop
+from devicedeck.sim.apiserver.node_lifecycle import GRACE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,14 @@ def register(subparsers: Any) -> None:
         help="the URL clients use to reach this server, written into the kubeconfig "
         "(default http://HOST:PORT)",
     )
+    parser.add_argument(
+        "--node-monitor-grace-period",
+        type=float,
+        default=GRACE_SECONDS,
+        metavar="SECONDS",
+        help="how long a node's lease may go unrenewed before its conditions turn Unknown "
+        f"(default {GRACE_SECONDS:g})",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.set_defaults(func=run_apiserver)
 
@@ -54,9 +63,19 @@ def run_apiserver(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         log.error("invalid arguments", extra={"reason": "--port must be between 0 and 65535"})
         return 2
+    if not args.node_monitor_grace_period > 0:
+        log.error(
+            "invalid arguments", extra={"reason": "--node-monitor-grace-period must be above 0"}
+        )
+        return 2
     try:
         args.data_dir.mkdir(parents=True, exist_ok=True)
-        server = SimApiServer(args.data_dir, args.host, args.port)
+        server = SimApiServer(
+            args.data_dir,
+            args.host,
+            args.port,
+            node_grace_seconds=args.node_monitor_grace_period,
+        )
     except (OSError, ValueError) as e:
         log.error("start failed", extra={"reason": e})
         return 1

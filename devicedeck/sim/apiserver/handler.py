@@ -1,69 +1,59 @@
-"""The HTTP side: routing of the REST paths, authentication, lists, writes and watch streams.
+"""The HTTP side: routing of the REST paths, authentication, and watch streams.
 
 Watches are chunked responses of newline-delimited WatchEvents ({"type", "object"}), from
 the requested resourceVersion on (or, without one, ADDED events for what exists now first).
 A version the history no longer holds answers an ERROR event carrying a 410 Expired Status.
+A watch that asks for Tables (`kubectl get -w`) gets each object as a one-row Table, with
+the column definitions in the first event only.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
 import time
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from devicedeck.sim.apiserver import protobuf_bodies, reviews, tables
 from devicedeck.sim.apiserver import resources as res
 from devicedeck.sim.apiserver.errors import ApiError, bad_request
-from devicedeck.sim.apiserver.patches import PATCH_TYPES
+from devicedeck.sim.apiserver.objects import method_not_allowed, serve
+from devicedeck.sim.apiserver.openapi.documents import (
+    v2_document,
+    v2_protobuf,
+    v3_documents,
+    v3_index,
+)
+from devicedeck.sim.apiserver.openapi.protobuf_v2 import ACCEPTED as V2_PROTOBUF_TYPES
+from devicedeck.sim.apiserver.openapi.protobuf_v2 import MEDIA_TYPE as V2_PROTOBUF
+from devicedeck.sim.apiserver.request import Request, Target, target_of
 from devicedeck.sim.apiserver.selectors import matcher
 from devicedeck.sim.apiserver.store import Change
+from devicedeck.sim.apiserver.tokens import user_info
 
 if TYPE_CHECKING:
     from devicedeck.sim.apiserver.server import SimApiServer
 
+__all__ = ["ApiHandler", "Request", "Target"]
+
 PUBLIC_PATHS = {"/version", "/healthz", "/livez", "/readyz"}
+PROTOBUF_REVIEWS = {
+    res.SELF_SUBJECT_ACCESS_REVIEWS: protobuf_bodies.ACCESS_REVIEW,
+    res.SELF_SUBJECT_RULES_REVIEWS: protobuf_bodies.RULES_REVIEW,
+    res.SELF_SUBJECT_REVIEWS: protobuf_bodies.SELF_REVIEW,
+}
 WATCH_TIMEOUT_DEFAULT = 1800.0
 MAX_BODY = 3 * 1024 * 1024
 
 
-@dataclass
-class Request:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: bytes = b""
-
-    def json(self) -> Any:
-        try:
-            return json.loads(self.body or b"null")
-        except ValueError as e:
-            raise bad_request(f"the body of the request is not valid JSON: {e}") from e
-
-    def param(self, name: str, default: str = "") -> str:
-        return self.query.get(name, [default])[0]
-
-    @property
-    def watching(self) -> bool:
-        return self.param("watch") in ("true", "1")
+def _first_accepted(request: Request) -> str:
+    return request.headers.get("accept", "").split(",")[0].split(";")[0].strip()
 
 
-@dataclass(frozen=True)
-class Target:
-    """What a REST path names: a resource, maybe a namespace, a name and a subresource."""
-
-    resource: res.Resource
-    namespace: str | None
-    name: str | None
-    subresource: str | None
-
-
-def _method_not_allowed(method: str) -> ApiError:
-    return ApiError(405, "MethodNotAllowed", f"the server does not allow this method ({method})")
+def _not_found() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource")
 
 
 class ApiHandler(BaseHTTPRequestHandler):
@@ -89,24 +79,39 @@ class ApiHandler(BaseHTTPRequestHandler):
             body,
         )
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
+    def _send(self, code: int, body: dict[str, Any], warnings: list[str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for warning in warnings or []:
+            self.send_header("Warning", f"299 - {json.dumps(warning)}")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_bytes(self, data: bytes, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
     def _serve(self) -> None:
+        warnings: list[str] = []
         try:
             request = self._read()
             self.api.before(request)
             self._authenticate(request)
-            code, body = self._route(request)
+            if request.path == "/openapi/v2" and _first_accepted(request) in V2_PROTOBUF_TYPES:
+                if request.method != "GET":
+                    raise method_not_allowed(request.method)
+                self._send_bytes(v2_protobuf(), V2_PROTOBUF)
+                return
+            code, body, warnings = self._route(request)
         except ApiError as e:
             code, body = e.code, e.status()
         if body is not None:
-            self._send(code, body)
+            self._send(code, body, warnings)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
@@ -117,13 +122,15 @@ class ApiHandler(BaseHTTPRequestHandler):
         if header is None:
             # kubectl sends no credentials to a plain-HTTP server; like the kube-apiserver's
             # old insecure port, a request without any is the cluster admin's.
+            request.user = reviews.ADMIN_USER
             return
         token = header[7:].strip() if header.lower().startswith("bearer ") else ""
         if token and token == self.api.store.admin_token:
+            request.user = reviews.ADMIN_USER
             return
         if token:
             try:
-                self.api.tokens.verify(token)
+                request.user = user_info(self.api.tokens.verify(token))
                 return
             except (ApiError, ValueError):
                 pass
@@ -131,23 +138,23 @@ class ApiHandler(BaseHTTPRequestHandler):
 
     # --- routing --------------------------------------------------------------------------
 
-    def _route(self, request: Request) -> tuple[int, dict[str, Any] | None]:
+    def _route(self, request: Request) -> tuple[int, dict[str, Any] | None, list[str]]:
         parts = [p for p in request.path.split("/") if p]
-        discovery = self._discovery(parts)
-        if discovery is not None:
+        document = self._discovery(parts)
+        if document is not None:
             if request.method != "GET":
-                raise _method_not_allowed(request.method)
-            return 200, discovery
+                raise method_not_allowed(request.method)
+            return 200, document, []
         if parts[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", parts[2:]
         elif len(parts) >= 3 and parts[0] == "apis":
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise self._no_path(request)
-        if group == res.AUTH_GROUP and version == "v1" and rest == ["tokenreviews"]:
+            raise _not_found()
+        if version == "v1" and len(rest) == 1 and (group, rest[0]) in res.REVIEW_BY_PATH:
             if request.method != "POST":
-                raise _method_not_allowed(request.method)
-            return 201, self.api.tokens.review(request.json())
+                raise method_not_allowed(request.method)
+            return 201, self._review(res.REVIEW_BY_PATH[(group, rest[0])], request), []
         if (
             group == ""
             and len(rest) == 5
@@ -156,15 +163,41 @@ class ApiHandler(BaseHTTPRequestHandler):
             and rest[4] == "token"
         ):
             if request.method != "POST":
-                raise _method_not_allowed(request.method)
-            return 201, self.api.tokens.request(rest[1], rest[3], request.json())
-        target = self._target(group, version, rest)
+                raise method_not_allowed(request.method)
+            return 201, self.api.tokens.request(rest[1], rest[3], request.json()), []
+        target = target_of(group, version, rest)
         if target is None:
-            raise self._no_path(request)
-        return self._handle(request, target)
+            raise _not_found()
+        if request.method == "GET" and request.watching:
+            if target.name is not None:
+                raise method_not_allowed("GET with watch on a single object")
+            self._watch(request, target)
+            return 200, None, []
+        answer = serve(self.api.store, request, target)
+        return answer.code, answer.body, answer.warnings
 
-    def _no_path(self, request: Request) -> ApiError:
-        return ApiError(404, "NotFound", "the server could not find the requested resource")
+    def _review(self, review: res.Review, request: Request) -> dict[str, Any]:
+        content_type = request.headers.get("content-type", "").split(";")[0].strip()
+        if content_type == protobuf_bodies.PROTOBUF and review in PROTOBUF_REVIEWS:
+            body = protobuf_bodies.decode(request.body, PROTOBUF_REVIEWS[review])
+        elif content_type in ("", "application/json"):
+            body = request.json()
+        else:
+            accepted = ["application/json"]
+            accepted += [protobuf_bodies.PROTOBUF] if review in PROTOBUF_REVIEWS else []
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types "
+                f"include: {', '.join(accepted)}",
+            )
+        if review is res.TOKEN_REVIEWS:
+            return self.api.tokens.review(body)
+        if review is res.SELF_SUBJECT_REVIEWS:
+            return reviews.self_subject_review(request.user or {}, body)
+        if review is res.SELF_SUBJECT_ACCESS_REVIEWS:
+            return reviews.access_review(body)
+        return reviews.rules_review(body)
 
     def _discovery(self, parts: list[str]) -> dict[str, Any] | None:
         if parts == ["version"]:
@@ -181,94 +214,19 @@ class ApiHandler(BaseHTTPRequestHandler):
             return res.api_group(parts[1])
         if len(parts) == 3 and parts[0] == "apis":
             return res.resource_list(parts[1], parts[2])
+        if parts[:1] == ["openapi"]:
+            return self._openapi(parts[1:])
         return None
 
-    def _target(self, group: str, version: str, rest: list[str]) -> Target | None:
-        namespace = None
-        if len(rest) >= 3 and rest[0] == "namespaces":
-            namespace, rest = rest[1], rest[2:]
-        if not 1 <= len(rest) <= 3:
-            return None
-        resource = res.BY_PATH.get((group, version, rest[0]))
-        if resource is None or (namespace is not None and not resource.namespaced):
-            return None
-        name = rest[1] if len(rest) >= 2 else None
-        subresource = rest[2] if len(rest) == 3 else None
-        if subresource is not None and (subresource != "status" or not resource.has_status):
-            return None
-        if resource.namespaced and name is not None and namespace is None:
-            return None
-        return Target(resource, namespace, name, subresource)
-
-    def _handle(self, request: Request, target: Target) -> tuple[int, dict[str, Any] | None]:
-        store = self.api.store
-        resource, namespace, name = target.resource, target.namespace, target.name
-        method = request.method
-        if name is None:
-            if method == "GET":
-                if request.watching:
-                    self._watch(request, target)
-                    return 200, None
-                return 200, self._list(request, target)
-            if method == "POST" and (namespace is not None or not resource.namespaced):
-                return 201, store.create(resource, namespace, request.json())
-            raise _method_not_allowed(method)
-        if method == "GET":
-            return 200, store.get(resource, namespace, name)
-        if method == "PUT":
-            created, obj = store.replace(
-                resource, namespace, name, request.json(), subresource=target.subresource
-            )
-            return (201 if created else 200), obj
-        if method == "PATCH":
-            content_type = request.headers.get("content-type", "").split(";")[0].strip()
-            if content_type not in PATCH_TYPES:
-                raise ApiError(
-                    415,
-                    "UnsupportedMediaType",
-                    f"the body of the request was in an unknown format - accepted media types "
-                    f"include: {', '.join(PATCH_TYPES)}",
-                )
-            return 200, store.update(
-                resource,
-                namespace,
-                name,
-                request.json(),
-                subresource=target.subresource,
-                content_type=content_type,
-            )
-        if method == "DELETE" and target.subresource is None:
-            options = request.json() if request.body else {}
-            preconditions = options.get("preconditions") if isinstance(options, dict) else None
-            return 200, store.delete(resource, namespace, name, preconditions)
-        raise _method_not_allowed(method)
-
-    def _list(self, request: Request, target: Target) -> dict[str, Any]:
-        matches = matcher(
-            target.resource,
-            target.namespace,
-            request.param("fieldSelector") or None,
-            request.param("labelSelector") or None,
-        )
-        items, version = self.api.store.list(target.resource, matches)
-        metadata: dict[str, Any] = {"resourceVersion": str(version)}
-        limit_text, token = request.param("limit"), request.param("continue")
-        if token:
-            try:
-                version, after = json.loads(_unb64(token))
-            except (ValueError, TypeError) as e:
-                raise bad_request(f"continue key is not valid: {e}") from e
-            items = [i for i in items if _sort_key(i) > after]
-            metadata["resourceVersion"] = str(version)
-        if limit_text.isdigit() and 0 < int(limit_text) < len(items):
-            items = items[: int(limit_text)]
-            metadata["continue"] = _b64(json.dumps([version, _sort_key(items[-1])]))
-        return {
-            "kind": f"{target.resource.kind}List",
-            "apiVersion": target.resource.api_version,
-            "metadata": metadata,
-            "items": items,
-        }
+    def _openapi(self, parts: list[str]) -> dict[str, Any]:
+        if parts == ["v2"]:
+            return v2_document()
+        if parts == ["v3"]:
+            return v3_index()
+        document = v3_documents().get("/".join(parts[1:])) if parts[:1] == ["v3"] else None
+        if document is None:
+            raise _not_found()
+        return document
 
     # --- watch ----------------------------------------------------------------------------
 
@@ -287,8 +245,9 @@ class ApiHandler(BaseHTTPRequestHandler):
             request.param("fieldSelector") or None,
             request.param("labelSelector") or None,
         )
-        if target.name is not None:
-            raise _method_not_allowed("GET with watch on a single object")
+        wanted = tables.wanted_table(
+            request.headers.get("accept", ""), request.param("includeObject")
+        )
         since_text = request.param("resourceVersion")
         try:
             timeout = float(request.param("timeoutSeconds") or WATCH_TIMEOUT_DEFAULT)
@@ -310,15 +269,22 @@ class ApiHandler(BaseHTTPRequestHandler):
                 if position < store.oldest_watchable:
                     self._gone(position)
                     return
+        emit = _Emitter(self, target.resource.kind, wanted)
         try:
             for obj in initial:
-                self._event("ADDED", obj)
-            self._follow(target, matches, position, epoch, deadline)
+                emit("ADDED", obj)
+            self._follow(target, matches, position, epoch, deadline, emit)
         except OSError:
             self.close_connection = True
 
     def _follow(
-        self, target: Target, matches: Any, position: int, epoch: int, deadline: float
+        self,
+        target: Target,
+        matches: Any,
+        position: int,
+        epoch: int,
+        deadline: float,
+        emit: _Emitter,
     ) -> None:
         store = self.api.store
         plural = target.resource.plural
@@ -342,8 +308,10 @@ class ApiHandler(BaseHTTPRequestHandler):
                     continue
             for change in pending:
                 position = change.resource_version
-                if change.type == "BOOKMARK" or matches(change.object):
+                if change.type == "BOOKMARK":
                     self._event(change.type, change.object)
+                elif matches(change.object):
+                    emit(change.type, change.object)
             if store.closing:
                 break
             if ended:
@@ -370,15 +338,18 @@ class ApiHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-def _sort_key(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace")
-    return f"{namespace}/{metadata.get('name')}" if namespace else str(metadata.get("name"))
+class _Emitter:
+    """Writes a watch's events: the objects, or one-row Tables when Tables were asked for."""
 
+    def __init__(self, handler: ApiHandler, kind: str, wanted: tables.TableRequest | None) -> None:
+        self.handler = handler
+        self.kind = kind
+        self.wanted = wanted
+        self.headers = True
 
-def _b64(text: str) -> str:
-    return base64.urlsafe_b64encode(text.encode()).decode()
-
-
-def _unb64(text: str) -> str:
-    return base64.urlsafe_b64decode(text.encode()).decode()
+    def __call__(self, event: str, obj: dict[str, Any]) -> None:
+        if self.wanted is not None:
+            version = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            obj = tables.table(self.kind, [obj], self.wanted, version, headers=self.headers)
+            self.headers = False
+        self.handler._event(event, obj)

@@ -23,7 +23,23 @@ FIELDS_BY_KIND = {
     ),
     "Node": ("spec.unschedulable",),
     "ResourceSlice": ("spec.nodeName", "spec.driver"),
+    "Event": (
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+    "Namespace": ("status.phase",),
 }
+# Field labels that name a field by another path.
+FIELD_PATHS = {("Event", "source"): "source.component"}
 Matcher = Callable[[dict[str, Any]], bool]
 _SET_TERM = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 
@@ -54,7 +70,7 @@ def field_matcher(resource: Resource, selector: str) -> Matcher:
                 else f'"{name}" is not a known field selector: only "metadata.name", '
                 '"metadata.namespace"'
             )
-        terms.append((name, value, op == "!="))
+        terms.append((FIELD_PATHS.get((resource.kind, name), name), value, op == "!="))
     return lambda obj: all((_field_value(obj, n) == v) != negate for n, v, negate in terms)
 
 

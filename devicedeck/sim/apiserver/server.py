@@ -24,7 +24,9 @@ from typing import Any
 
 import yaml
 
+from devicedeck.sim.apiserver.controllers import Controllers
 from devicedeck.sim.apiserver.handler import ApiHandler, Request
+from devicedeck.sim.apiserver.node_lifecycle import GRACE_SECONDS
 from devicedeck.sim.apiserver.store import Store
 from devicedeck.sim.apiserver.tokens import TokenIssuer
 from devicedeck.sim.kubelet.pods import atomic_write_text
@@ -72,11 +74,13 @@ class SimApiServer:
         port: int = 0,
         *,
         admin_token: str | None = None,
+        node_grace_seconds: float = GRACE_SECONDS,
     ) -> None:
         self.store = Store(Path(data_dir) if data_dir is not None else None)
         if admin_token:
             self.store.admin_token = admin_token
         self.tokens = TokenIssuer(self.store)
+        self.controllers = Controllers(self.store, node_grace_seconds)
         self.connections: set[socket.socket] = set()
         owner = self
 
@@ -108,10 +112,12 @@ class SimApiServer:
 
     def start(self) -> SimApiServer:
         self.thread.start()
+        self.controllers.start()
         log.info("sim-apiserver serving", extra={"url": self.url, "data_dir": self.store.data_dir})
         return self
 
     def stop(self) -> None:
+        self.controllers.stop()
         self.store.close()
         # Accepting stops first: a connection accepted after the open ones were shut down (a
         # client reconnecting its watch) would go on serving requests after stop returned.

@@ -15,25 +15,29 @@ import json
 import logging
 import secrets
 import threading
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devicedeck.sim.apiserver import admission
 from devicedeck.sim.apiserver.errors import (
     STALE,
+    ApiError,
     already_exists,
     bad_request,
     conflict,
     invalid,
     not_found,
 )
+from devicedeck.sim.apiserver.lifecycles import Lifecycles, now_text
 from devicedeck.sim.apiserver.patches import apply_patch
-from devicedeck.sim.apiserver.resources import BY_PLURAL, RESOURCES, Resource
+from devicedeck.sim.apiserver.resources import BY_PLURAL, NAMESPACES, RESOURCES, Resource
 from devicedeck.sim.apiserver.selectors import Matcher
 from devicedeck.sim.apiserver.validation import normalise_quantities, validate
+from devicedeck.sim.apiserver.write_rules import check_type, merged_object
 from devicedeck.sim.kubelet.pods import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -52,20 +56,11 @@ class Change:
     object: dict[str, Any]
 
 
-def now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def qualified(resource: Resource) -> str:
-    """The resource as the API server names it in errors: `leases.coordination.k8s.io`."""
-    return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
-
-
 def object_key(resource: Resource, namespace: str | None, name: str) -> str:
     return f"{namespace}/{name}" if resource.namespaced else name
 
 
-class Store:
+class Store(Lifecycles):
     def __init__(self, data_dir: Path | None) -> None:
         self.cond = threading.Condition()
         self.data_dir = data_dir
@@ -80,8 +75,14 @@ class Store:
         self.watch_epoch = 0
         self.epoch_action = "drop"
         self.closing = False
+        # When each object of a resource with a time to live goes: (plural, key) -> monotonic.
+        self.expiry: dict[tuple[str, str], float] = {}
+        # Namespaces being deleted, and when their contents go.
+        self.terminating: dict[str, float] = {}
         if data_dir is not None:
             self._load()
+        with self.cond:
+            self._ensure_namespaces(admission.SYSTEM_NAMESPACES)
 
     # --- persistence ----------------------------------------------------------------------
 
@@ -105,6 +106,9 @@ class Store:
         for plural, objects in state["objects"].items():
             if plural in self.objects:
                 self.objects[plural] = dict(objects)
+        for name, namespace in self.objects[NAMESPACES.plural].items():
+            if "deletionTimestamp" in namespace["metadata"]:
+                self.terminating[name] = time.monotonic()
         self.oldest_watchable = self.resource_version
         log.info("state restored", extra={"path": path, "resource_version": self.resource_version})
 
@@ -117,7 +121,8 @@ class Store:
             "resourceVersion": self.resource_version,
             "adminToken": self.admin_token,
             "signingKey": self.signing_key,
-            "objects": self.objects,
+            # Objects with a time to live (events) live in memory only.
+            "objects": {p: o for p, o in self.objects.items() if not BY_PLURAL[p].ttl_seconds},
         }
         atomic_write_text(path, json.dumps(state, sort_keys=True) + "\n")
 
@@ -125,6 +130,7 @@ class Store:
 
     def list(self, resource: Resource, matches: Matcher) -> tuple[list[dict[str, Any]], int]:
         with self.cond:
+            self._expire(resource)
             items = [
                 copy.deepcopy(obj)
                 for _, obj in sorted(self.objects[resource.plural].items())
@@ -134,6 +140,7 @@ class Store:
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         with self.cond:
+            self._expire(resource)
             obj = self.objects[resource.plural].get(object_key(resource, namespace, name))
             if obj is None:
                 raise not_found(resource.plural, name, resource.group)
@@ -152,8 +159,11 @@ class Store:
         obj["metadata"]["resourceVersion"] = str(self.resource_version)
         if event == "DELETED":
             del self.objects[resource.plural][key]
+            self.expiry.pop((resource.plural, key), None)
         else:
             self.objects[resource.plural][key] = obj
+            if resource.ttl_seconds:
+                self.expiry[(resource.plural, key)] = time.monotonic() + resource.ttl_seconds
         self.history.append(
             Change(self.resource_version, resource.plural, event, copy.deepcopy(obj))
         )
@@ -163,12 +173,19 @@ class Store:
         self.cond.notify_all()
 
     def create(
-        self, resource: Resource, namespace: str | None, obj: Any, *, keep_status: bool = False
+        self,
+        resource: Resource,
+        namespace: str | None,
+        obj: Any,
+        *,
+        keep_status: bool = False,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
+        """POST. `dry_run`: everything but storing it; the answer is what would be stored."""
         if not isinstance(obj, dict):
             raise bad_request("the body of the request must be a JSON object")
         obj = copy.deepcopy(obj)
-        self._check_type(resource, obj)
+        check_type(resource, obj)
         metadata = obj.setdefault("metadata", {})
         if not isinstance(metadata, dict):
             raise bad_request("metadata must be an object")
@@ -189,13 +206,19 @@ class Store:
         metadata["creationTimestamp"] = now_text()
         for field in ("resourceVersion", "deletionTimestamp", "generation"):
             metadata.pop(field, None)
-        if resource.kind == "Pod" and not keep_status:
-            # A new pod is Pending until its kubelet says otherwise.
-            obj["status"] = {"phase": "Pending"}
+        admission.on_create(resource, obj, keep_status=keep_status)
         with self.cond:
+            self._expire(resource)
             key = object_key(resource, namespace, metadata["name"])
             if key in self.objects[resource.plural]:
                 raise already_exists(resource.plural, metadata["name"], resource.group)
+            if namespace is not None:
+                self._check_namespace_open(namespace, resource, metadata["name"])
+            if dry_run:
+                return copy.deepcopy(obj)
+            if namespace is not None:
+                # No namespace admission here: writing into a namespace makes it exist.
+                self._ensure_namespaces([namespace])
             self._commit(resource, key, obj, "ADDED")
             return copy.deepcopy(obj)
 
@@ -208,9 +231,10 @@ class Store:
         *,
         subresource: str | None = None,
         content_type: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """PUT (content_type None: `change` is the whole object) or PATCH of the object or of
-        its status subresource."""
+        its status subresource; `dry_run` answers the result without storing it."""
         with self.cond:
             key = object_key(resource, namespace, name)
             current = self.objects[resource.plural].get(key)
@@ -220,7 +244,7 @@ class Store:
                 if not isinstance(change, dict):
                     raise bad_request("the body of the request must be a JSON object")
                 proposed = copy.deepcopy(change)
-                self._check_type(resource, proposed)
+                check_type(resource, proposed)
             else:
                 proposed = apply_patch(content_type, current, change)
                 if not isinstance(proposed, dict):
@@ -231,7 +255,7 @@ class Store:
             wanted = metadata.get("resourceVersion")
             if wanted in (None, "") and content_type is None and not resource.unconditional_update:
                 raise invalid(
-                    qualified(resource),
+                    resource.qualified,
                     name,
                     [
                         (
@@ -246,12 +270,13 @@ class Store:
                 resource.namespaced and metadata.get("namespace", namespace) != namespace
             ):
                 raise bad_request("the name of the object does not match the name on the URL")
-            merged = self._merge(resource, current, proposed, subresource)
+            merged = merged_object(resource, current, proposed, subresource)
             normalise_quantities(merged)
             validate(resource, merged, name)
-            if merged == current:
+            admission.on_write(resource, merged)
+            if merged == current or dry_run:
                 # A write that changes nothing is not a change: no new version, no event.
-                return copy.deepcopy(current)
+                return copy.deepcopy(merged)
             self._commit(resource, key, merged, "MODIFIED")
             return copy.deepcopy(merged)
 
@@ -263,6 +288,7 @@ class Store:
         body: Any,
         *,
         subresource: str | None = None,
+        dry_run: bool = False,
     ) -> tuple[bool, dict[str, Any]]:
         """PUT: (whether it created the object, the object). A resource that allows it is
         created by a PUT when missing, as the API server does for leases."""
@@ -277,35 +303,14 @@ class Store:
                 if metadata.get("name", name) != name:
                     raise bad_request("the name of the object does not match the name on the URL")
                 return True, self.create(
-                    resource, namespace, {**body, "metadata": {**metadata, "name": name}}
+                    resource,
+                    namespace,
+                    {**body, "metadata": {**metadata, "name": name}},
+                    dry_run=dry_run,
                 )
-            return False, self.update(resource, namespace, name, body, subresource=subresource)
-
-    def _merge(
-        self,
-        resource: Resource,
-        current: dict[str, Any],
-        proposed: dict[str, Any],
-        subresource: str | None,
-    ) -> dict[str, Any]:
-        """The stored object after a write: the status subresource changes only status, the
-        object itself everything else; system metadata always stays the server's."""
-        if subresource == "status":
-            merged = copy.deepcopy(current)
-            merged["status"] = copy.deepcopy(proposed.get("status") or {})
-        else:
-            merged = copy.deepcopy(proposed)
-            if resource.has_status:
-                if "status" in current:
-                    merged["status"] = copy.deepcopy(current["status"])
-                else:
-                    merged.pop("status", None)
-        merged["apiVersion"], merged["kind"] = resource.api_version, resource.kind
-        metadata = merged.setdefault("metadata", {})
-        for field in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
-            if field in current["metadata"]:
-                metadata[field] = current["metadata"][field]
-        return merged
+            return False, self.update(
+                resource, namespace, name, body, subresource=subresource, dry_run=dry_run
+            )
 
     def delete(
         self,
@@ -313,12 +318,22 @@ class Store:
         namespace: str | None,
         name: str,
         preconditions: dict[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         with self.cond:
+            self._expire(resource)
             key = object_key(resource, namespace, name)
             current = self.objects[resource.plural].get(key)
             if current is None:
                 raise not_found(resource.plural, name, resource.group)
+            if resource is NAMESPACES and name in admission.UNDELETABLE_NAMESPACES:
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                    {"name": name, "kind": "namespaces"},
+                )
             for field in ("uid", "resourceVersion"):
                 wanted = (preconditions or {}).get(field)
                 if wanted and str(wanted) != current["metadata"].get(field):
@@ -331,23 +346,12 @@ class Store:
                         resource.group,
                     )
             obj = copy.deepcopy(current)
+            if dry_run:
+                return obj
+            if resource is NAMESPACES:
+                return self._terminate_namespace(obj)
             self._commit(resource, key, obj, "DELETED")
             return copy.deepcopy(obj)
-
-    def _check_type(self, resource: Resource, obj: dict[str, Any]) -> None:
-        kind, api_version = obj.get("kind"), obj.get("apiVersion")
-        if kind not in (None, "", resource.kind) or api_version not in (
-            None,
-            "",
-            resource.api_version,
-        ):
-            raise bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API "
-                f"version ({resource.api_version})"
-                if api_version not in (None, "", resource.api_version)
-                else f"the kind in the data ({kind}) does not match the expected kind "
-                f"({resource.kind})"
-            )
 
     # --- direct changes (in-process owners and tests) --------------------------------------
 
@@ -361,7 +365,10 @@ class Store:
         metadata = obj.setdefault("metadata", {})
         namespace = metadata.get("namespace") if resource.namespaced else None
         key = object_key(resource, namespace, metadata["name"])
+        admission.on_write(resource, obj)
         with self.cond:
+            if namespace is not None:
+                self._ensure_namespaces([namespace])
             existing = self.objects[plural].get(key)
             metadata.setdefault(
                 "uid", (existing or {}).get("metadata", {}).get("uid") or str(uuid.uuid4())

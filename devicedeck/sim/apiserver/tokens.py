@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devicedeck.sim.apiserver.errors import ApiError, bad_request, conflict, invalid, not_found
-from devicedeck.sim.apiserver.resources import NODES, PODS
+from devicedeck.sim.apiserver.resources import NODES, PODS, SERVICE_ACCOUNTS
 from devicedeck.sim.apiserver.store import Store, object_key
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -43,9 +43,35 @@ def _timestamp(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def service_account_uid(namespace: str, name: str) -> str:
-    # Service accounts are not stored here; every one exists, with a stable uid.
+def service_account_uid(store: Store, namespace: str, name: str) -> str:
+    """The account's uid. Tokens may be asked for any account, written to the server or
+    not: one never written has a stable uid made from its name."""
+    stored = store.find(SERVICE_ACCOUNTS.plural, object_key(SERVICE_ACCOUNTS, namespace, name))
+    if stored is not None:
+        return str(stored["metadata"]["uid"])
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"serviceaccount:{namespace}/{name}"))
+
+
+def user_info(claims: dict[str, Any]) -> dict[str, Any]:
+    """The user a valid token authenticates, with the extras naming its pod and node."""
+    k8s = claims["kubernetes.io"]
+    namespace, account = k8s["namespace"], k8s["serviceaccount"]
+    extra = {f"{EXTRA}credential-id": [f"JTI={claims['jti']}"]}
+    for bound in ("pod", "node"):
+        if bound in k8s:
+            extra[f"{EXTRA}{bound}-name"] = [k8s[bound]["name"]]
+            if k8s[bound].get("uid"):
+                extra[f"{EXTRA}{bound}-uid"] = [k8s[bound]["uid"]]
+    return {
+        "username": f"system:serviceaccount:{namespace}:{account['name']}",
+        "uid": account["uid"],
+        "groups": [
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{namespace}",
+            "system:authenticated",
+        ],
+        "extra": extra,
+    }
 
 
 class TokenIssuer:
@@ -89,7 +115,10 @@ class TokenIssuer:
             )
         claims_k8s: dict[str, Any] = {
             "namespace": namespace,
-            "serviceaccount": {"name": account, "uid": service_account_uid(namespace, account)},
+            "serviceaccount": {
+                "name": account,
+                "uid": service_account_uid(self.store, namespace, account),
+            },
         }
         bound = spec.get("boundObjectRef")
         if bound:
@@ -206,26 +235,9 @@ class TokenIssuer:
             reason = e.message if isinstance(e, ApiError) else "invalid bearer token"
             answer["status"] = {"authenticated": False, "user": {}, "error": f"[{reason}]"}
             return answer
-        k8s = claims["kubernetes.io"]
-        namespace, account = k8s["namespace"], k8s["serviceaccount"]
-        extra = {f"{EXTRA}credential-id": [f"JTI={claims['jti']}"]}
-        for bound in ("pod", "node"):
-            if bound in k8s:
-                extra[f"{EXTRA}{bound}-name"] = [k8s[bound]["name"]]
-                if k8s[bound].get("uid"):
-                    extra[f"{EXTRA}{bound}-uid"] = [k8s[bound]["uid"]]
         answer["status"] = {
             "authenticated": True,
-            "user": {
-                "username": f"system:serviceaccount:{namespace}:{account['name']}",
-                "uid": account["uid"],
-                "groups": [
-                    "system:serviceaccounts",
-                    f"system:serviceaccounts:{namespace}",
-                    "system:authenticated",
-                ],
-                "extra": extra,
-            },
+            "user": user_info(claims),
             "audiences": sorted(set(audiences or API_AUDIENCES) & set(claims["aud"])),
         }
         return answer

@@ -13,6 +13,11 @@ API server gave it (PodResources and the checkpoint then name the same uid), the
 Running; a pod the kubelet refuses has its Pod object deleted again, and so does a pod that
 goes. Pod objects it created that it no longer runs (the pod went while it was down) are
 deleted when it notices.
+
+It renews its node's Lease in kube-node-lease (the heartbeat `kubectl describe node` shows)
+and reports events: Starting and NodeReady when it starts, NodeNotSchedulable and
+NodeSchedulable when it sees its node cordoned or uncordoned (at its next status update),
+Started for a pod it runs and a Warning for one it refuses.
 """
 
 from __future__ import annotations
@@ -20,43 +25,34 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from devicedeck.sim.kubeclient import KubeClient, KubeClientError
 from devicedeck.sim.kubelet.admission import AdmissionError
 from devicedeck.sim.kubelet.devices import DeviceManager
+from devicedeck.sim.kubelet.heartbeat import EventRecorder, NodeLease
+from devicedeck.sim.kubelet.node_object import (
+    CONDITION_ORDER,
+    NATIVE_RESOURCES,
+    SIM_LABEL,
+    conditions,
+    node_object,
+    now_text,
+)
 from devicedeck.sim.kubelet.pods import ContainerSpec, Pod
 
 log = logging.getLogger(__name__)
 
 STATUS_UPDATE_SECONDS = 10.0
 CHECK_SECONDS = 0.5
-NATIVE_RESOURCES = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-SIM_LABEL = "devicedeck.dev/simulated"
-KUBELET_VERSION = "v1.34.0"
 
 Admit = Callable[[str, str, Sequence[ContainerSpec], str], Pod]
 
 
-def now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def is_extended(resource: str) -> bool:
     return resource not in NATIVE_RESOURCES and not resource.startswith("hugepages-")
-
-
-def ready_condition(since: str) -> dict[str, Any]:
-    return {
-        "type": "Ready",
-        "status": "True",
-        "reason": "KubeletReady",
-        "message": "kubelet is posting ready status",
-        "lastHeartbeatTime": now_text(),
-        "lastTransitionTime": since,
-    }
 
 
 def pod_object(
@@ -89,6 +85,7 @@ def running_status(pod: Pod) -> dict[str, Any]:
     return {
         "status": {
             "phase": "Running",
+            "hostIP": "127.0.0.1",
             "startTime": started,
             "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": started}],
             "containerStatuses": [
@@ -127,6 +124,12 @@ class ClusterMember:
         self._sent: tuple[dict[str, int], dict[str, int]] | None = None
         self._sent_at = 0.0
         self._ready_since = now_text()
+        self._boot_id = str(uuid.uuid4())
+        self._node_uid: str | None = None
+        # Whether the node was cordoned when this kubelet last looked; None before it looked.
+        self._unschedulable: bool | None = None
+        self.lease = NodeLease(client, node_name)
+        self.events = EventRecorder(client, node_name)
         # Held from a Pod object's creation until its pod is admitted or refused, so the
         # clean-up of orphaned Pod objects never takes one that is being admitted.
         self._pods_lock = threading.Lock()
@@ -164,7 +167,8 @@ class ClusterMember:
             self._stop.wait(delay)
 
     def sync(self, force: bool = False) -> None:
-        """Register the node if needed and write its status if it changed or is due."""
+        """Register the node if needed, write its status if it changed or is due, and renew
+        its lease when due."""
         if not self._registered:
             self._register()
         state = (self._manager.capacity(), self._manager.allocatable())
@@ -173,37 +177,25 @@ class ClusterMember:
             self._update(*state)
             if due:
                 self._remove_orphans()
+        if self.lease.due:
+            self.lease.renew(self._node_uid)
 
     def _register(self) -> None:
-        node = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": self.node_name,
-                "labels": {
-                    "kubernetes.io/hostname": self.node_name,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    SIM_LABEL: "true",
-                },
-            },
-            "status": {
-                "capacity": dict(NATIVE_RESOURCES),
-                "allocatable": dict(NATIVE_RESOURCES),
-                "conditions": [ready_condition(self._ready_since)],
-                "nodeInfo": {"kubeletVersion": KUBELET_VERSION, "operatingSystem": "linux"},
-            },
-        }
+        self.events.node_event("Starting", "Starting kubelet.")
         try:
-            self.client.create_node(node)
+            self.client.create_node(node_object(self.node_name, self._ready_since, self._boot_id))
             log.info("node registered", extra={"node": self.node_name})
         except KubeClientError as e:
             if e.reason != "AlreadyExists":
                 raise
         self._registered = True
+        self.events.node_event("NodeReady", f"Node {self.node_name} status is now: NodeReady")
 
     def _update(self, capacity: dict[str, int], allocatable: dict[str, int]) -> None:
-        status = self.client.get_node(self.node_name).get("status") or {}
+        current = self.client.get_node(self.node_name)
+        self._node_uid = (current.get("metadata") or {}).get("uid")
+        self._notice_cordon((current.get("spec") or {}).get("unschedulable") is True)
+        status = current.get("status") or {}
         current_capacity: dict[str, str] = status.get("capacity") or {}
         current_allocatable: dict[str, str] = status.get("allocatable") or {}
         new_capacity: dict[str, Any] = {r: str(n) for r, n in capacity.items()}
@@ -221,15 +213,21 @@ class ClusterMember:
                 new_allocatable[resource] = None
         patch = {
             "status": {
-                "$setElementOrder/conditions": [{"type": "Ready"}],
+                "$setElementOrder/conditions": CONDITION_ORDER,
                 "capacity": new_capacity,
                 "allocatable": new_allocatable,
-                "conditions": [ready_condition(self._ready_since)],
+                "conditions": conditions(self._ready_since),
             }
         }
         self.client.patch_node_status(self.node_name, patch)
         self._sent = (capacity, allocatable)
         self._sent_at = time.monotonic()
+
+    def _notice_cordon(self, unschedulable: bool) -> None:
+        if self._unschedulable is not None and unschedulable != self._unschedulable:
+            word = "NodeNotSchedulable" if unschedulable else "NodeSchedulable"
+            self.events.node_event(word, f"Node {self.node_name} status is now: {word}")
+        self._unschedulable = unschedulable
 
     # --- pods ---------------------------------------------------------------------------
 
@@ -248,6 +246,10 @@ class ClusterMember:
             uid = str(created["metadata"]["uid"])
             try:
                 pod = admit(namespace, name, containers, uid)
+            except AdmissionError as e:
+                self.events.pod_event(created, "UnexpectedAdmissionError", str(e), "Warning")
+                self._delete(namespace, name, uid)
+                raise
             except BaseException:
                 self._delete(namespace, name, uid)
                 raise
@@ -255,6 +257,8 @@ class ClusterMember:
             self.client.patch_pod_status(namespace, name, running_status(pod))
         except KubeClientError as e:
             log.warning("pod status not written", extra={"pod": pod.key, "error": e})
+        names = ", ".join(c.name for c in containers)
+        self.events.pod_event(created, "Started", f"Started container {names}")
         return pod
 
     def pod_gone(self, pod: Pod) -> None:
