@@ -136,6 +136,7 @@ def run_demo_workload(args: argparse.Namespace) -> int:
     logging.getLogger(__name__).info(
         "workload stopped",
         extra={
+            "event": "workload_stopped",
             "pods_created": workload.created,
             "pods_deleted": workload.deleted,
             "pods_rejected": workload.rejected,
