@@ -6,6 +6,7 @@ import ipaddress
 import re
 import string
 from enum import StrEnum
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -261,13 +262,14 @@ def split_list(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
-def load_settings() -> Settings:
-    """The settings from the environment. A bad value stops the command with an error naming
-    the variable and what it accepts, before anything is started or changed. The value itself
-    is never repeated: it may be a credential (a webhook URL with a password, a database URL),
-    and the error ends up in logs."""
+def load_settings(**overrides: Any) -> Settings:
+    """The settings from the environment, with `overrides` (by field name) taking the place of
+    the variables they name. A bad value stops the command with an error naming the variable
+    and what it accepts, before anything is started or changed. The value itself is never
+    repeated: it may be a credential (a webhook URL with a password, a database URL), and the
+    error ends up in logs."""
     try:
-        return Settings()
+        return Settings(**overrides)
     except ValidationError as e:
         prefix = str(Settings.model_config.get("env_prefix", ""))
         problems = [

@@ -147,6 +147,15 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+def formatted_line(fmt: LogFormat, logger: str, message: str, **fields: Any) -> str:
+    """One INFO line as configure_logging would write it, for a program that writes into a
+    log file it does not own (the demo, into its children's logs)."""
+    record = logging.LogRecord(logger, logging.INFO, "", 0, message, None, None)
+    record.__dict__.update(fields)
+    formatter = JsonFormatter() if fmt is LogFormat.JSON else TextFormatter()
+    return formatter.format(record)
+
+
 def configure_logging_once(level: str) -> None:
     """Logs for the simulators and the demo's helpers, in the format DEVICEDECK_LOG_FORMAT
     names (text unless it says json), unless their caller (a test) set up logging already."""
