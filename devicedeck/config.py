@@ -242,7 +242,12 @@ class Settings(BaseSettings):
         except ValueError as e:
             raise ValueError(f"is not a template: {e}") from e
         if not names <= LINK_FIELDS:
-            raise ValueError("may use only {node}, {resource} and {device_id} as placeholders")
+            # The placeholders' names, never the template: it is a URL, which may hold a key.
+            unknown = ", ".join(f"{{{name}}}" for name in sorted(names - LINK_FIELDS))
+            raise ValueError(
+                f"may use only {{node}}, {{resource}} and {{device_id}} as placeholders, "
+                f"not {unknown}"
+            )
         return value
 
 
