@@ -24,7 +24,6 @@ from typing import TextIO
 from devicedeck.demo.agent_credentials import AgentCredentials
 from devicedeck.demo.banner import banner
 from devicedeck.demo.environment import (
-    STALE_AFTER_SECONDS,
     base_env,
     check_service_settings,
     log_format,
@@ -59,13 +58,16 @@ TIER_CLUSTER, TIER_SERVICE, TIER_NODES, TIER_AGENTS = 0, 1, 2, 3
 # A dead node should show: the service calls a node stale after a few missed heartbeats, not
 # the production 90 s.
 AGENT_HEARTBEAT_SECONDS = 3.0
-# A node's processes (its sim-node, its agent) that die wait this long before they are started
-# again, so the dashboard shows the node stale meanwhile: the agent stops its heartbeat once
-# its kubelet data is 3 intervals + 5 s old, the service calls the node stale STALE_AFTER
-# later, and a few seconds of it stay visible.
-NODE_RESTART_DELAY_SECONDS = (
-    3 * AGENT_INTERVAL_SECONDS + 5 + AGENT_HEARTBEAT_SECONDS + STALE_AFTER_SECONDS + 6
-)
+
+
+def node_restart_delay(stale_after: float) -> float:
+    """How long a node's processes (its sim-node, its agent) that die wait before they are
+    started again, so the dashboard shows the node stale meanwhile, and the stale alert fires:
+    the agent stops its heartbeat once its kubelet data is 3 intervals + 5 s old, the service
+    calls the node stale `stale_after` later, and a few seconds of it stay visible."""
+    return 3 * AGENT_INTERVAL_SECONDS + 5 + AGENT_HEARTBEAT_SECONDS + stale_after + 6
+
+
 # Ctrl-C, a polite kill, or the terminal closing: all stop the demo cleanly.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -227,6 +229,8 @@ class Demo:
     ) -> int:
         layout = self.layout
         logs = layout.logs_dir
+        # A DEVICEDECK_STALE_AFTER of the user's moves it (checked as a number already).
+        restart_delay = node_restart_delay(float(settings["STALE_AFTER"]))
         children.start(
             "service",
             ["serve", "--host", self.host, "--port", str(self.port), "--no-migrate"],
@@ -242,7 +246,7 @@ class Demo:
                 sim_node_args(node, root, layout.kubeconfig),
                 logs / f"node-{node.name}.log",
                 TIER_NODES,
-                restart_delay=NODE_RESTART_DELAY_SECONDS,
+                restart_delay=restart_delay,
             )
         dra_node = next(n for n in TOPOLOGY if n.name == DRA_NODE)
         children.start(
@@ -269,7 +273,7 @@ class Demo:
                 self._agent_args(node.name),
                 logs / f"agent-{node.name}.log",
                 TIER_AGENTS,
-                restart_delay=NODE_RESTART_DELAY_SECONDS,
+                restart_delay=restart_delay,
             )
         try:
             if not self._supervise_until(children, lambda: _ready(self.base_url)):

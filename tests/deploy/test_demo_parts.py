@@ -18,9 +18,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.auth import authenticate, list_tokens
 from devicedeck.clock import utcnow
-from devicedeck.demo.environment import base_env, ignored_settings, service_settings
+from devicedeck.demo.environment import (
+    STALE_AFTER_SECONDS,
+    base_env,
+    ignored_settings,
+    service_settings,
+)
 from devicedeck.demo.layout import DemoError, DemoLayout, check_port_free, exclusive
-from devicedeck.demo.runner import Demo
+from devicedeck.demo.runner import Demo, node_restart_delay
 from devicedeck.demo.tokens import ensure_token_file
 from devicedeck.demo.topology import TOPOLOGY, agent_args, root_fits, sim_node_args
 from devicedeck.demo.workload import RemoteWorkload
@@ -129,6 +134,12 @@ def test_a_setting_the_service_would_refuse_stops_the_demo_before_it_starts(
     # Nothing was started or created: no database, no logs.
     assert not (short_dir / "data" / "devicedeck.db").exists()
     assert not (short_dir / "data" / "logs").exists()
+
+
+def test_a_dead_nodes_processes_wait_until_its_stale_alert_has_fired() -> None:
+    assert node_restart_delay(STALE_AFTER_SECONDS) == 30  # what the README says
+    # A DEVICEDECK_STALE_AFTER of the user's moves the wait with it.
+    assert node_restart_delay(60) - 60 == node_restart_delay(STALE_AFTER_SECONDS) - 10
 
 
 def test_url_host_for_wildcard_and_ipv6_addresses() -> None:
