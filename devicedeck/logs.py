@@ -35,7 +35,7 @@ _STANDARD.add("color_message")
 _OWN_KEYS = {"time", "level", "logger", "message", "exception", "stack"}
 REDACTED = "***"
 # scheme://userinfo@ : whatever stands before the @ is a credential.
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
+_USERINFO = re.compile(r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@")
 # A message's words up to its first value: a placeholder, a colon, a bracket, a full stop.
 _MESSAGE_HEAD = re.compile(r"%|\{|[:;,.(\[]|\s->?\s|\s-\s")
 _WORD = re.compile(r"[A-Za-z0-9]+")
@@ -49,13 +49,18 @@ class Redactor:
     """Replaces the given secret strings, and the credentials of any URL, with ***."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        # Longest first, so a URL goes whole before a part of it is looked for.
-        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        # One pass over each string: the secrets, longest first (a URL goes whole before a
+        # part of it is looked for), then a URL's user information.
+        known = sorted({s for s in secrets if s}, key=len, reverse=True)
+        alternatives = [f"(?:{re.escape(secret)})" for secret in known]
+        self._pattern = re.compile("|".join([*alternatives, _USERINFO.pattern]))
+
+    def _replace(self, match: re.Match[str]) -> str:
+        scheme = match.group("scheme")
+        return f"{scheme}{REDACTED}@" if scheme else REDACTED
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, REDACTED)
-        return _USERINFO.sub(rf"\1{REDACTED}@", text)
+        return self._pattern.sub(self._replace, text)
 
 
 def rfc3339(record: logging.LogRecord) -> str:

@@ -26,7 +26,6 @@ def alert_fields(alert: dict[str, Any]) -> dict[str, Any]:
     """What a line says about one alert: its state, name, what it is about, its summary."""
     labels = alert.get("labels") or {}
     fields = {
-        "event": "webhook_received",
         "status": alert.get("status"),
         "alertname": labels.get("alertname"),
         "node": labels.get("node"),
@@ -54,7 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         for alert in alerts:
-            log.info("webhook received", extra=alert_fields(alert))
+            log.info("webhook received", extra={"event": "webhook_received", **alert_fields(alert)})
         self.send_response(204)
         self.end_headers()
 
