@@ -16,7 +16,7 @@ RUN python -m venv /opt/build \
  && /opt/build/bin/pip install --require-hashes -r requirements/build.txt \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --require-hashes -r requirements/runtime.txt
-COPY pyproject.toml setup.py MANIFEST.in README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md LICENSE ./
 COPY devicedeck ./devicedeck
 COPY migrations ./migrations
 COPY templates ./templates

@@ -14,7 +14,7 @@ JS_STAMP := node_modules/.installed
 UV_COMPILE := $(BIN)/uv pip compile --quiet --generate-hashes --universal --python-version 3.11 \
 	--custom-compile-command "make lock"
 
-.PHONY: run serve test lint typecheck pytest protos assets lock clean
+.PHONY: run serve test lint typecheck pytest protos assets rules lock clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed")'
@@ -63,6 +63,11 @@ protos: $(PY_STAMP)
 # Rewrites static/vendor/ from the npm packages package-lock.json pins (after a change there).
 assets: $(RUNTIME_STAMP)
 	$(BIN)/python -m devicedeck.ui.assets
+
+# Rewrites deploy/monitoring/devicedeck.rules.yaml from the PrometheusRule beside it (after a
+# change there); a test fails while the two differ.
+rules: $(RUNTIME_STAMP)
+	$(BIN)/python -m devicedeck.rule_file
 
 # Re-resolves the lock files from pyproject.toml (after a change to its dependencies).
 lock: $(PY_STAMP)

@@ -113,7 +113,10 @@ class BackgroundTasks:
         try:
             await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 30)
         except TimeoutError:
-            log.warning("background threads still running at shutdown after 30 s")
+            log.warning(
+                "background threads still running at shutdown after 30 s",
+                extra={"event": "background_threads_not_stopped"},
+            )
         for close in self.closers:
             close()
 
@@ -125,7 +128,7 @@ async def stale_sweep(app: FastAPI, settings: Settings) -> None:
         try:
             await asyncio.to_thread(_sweep_once, app, settings)
         except Exception:
-            log.exception("stale sweep failed; will retry")
+            log.exception("stale sweep failed; will retry", extra={"event": "stale_sweep_failed"})
 
 
 def _sweep_once(app: FastAPI, settings: Settings) -> None:
@@ -133,4 +136,11 @@ def _sweep_once(app: FastAPI, settings: Settings) -> None:
     with write_session(app.state.session_factory) as session:
         names = mark_stale_nodes(session, clock.now, clock.cutoff)
     if names:
-        log.info("nodes turned stale", extra={"count": len(names), "names": ",".join(names[:20])})
+        log.info(
+            "nodes turned stale",
+            extra={
+                "event": "nodes_turned_stale",
+                "count": len(names),
+                "names": ",".join(names[:20]),
+            },
+        )

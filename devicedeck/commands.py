@@ -79,7 +79,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from devicedeck.migrate import upgrade_to_head
 
     settings = load_settings()
-    configure_logging(settings.log_format, settings.log_level)
+    configure_logging(settings.log_format, settings.log_level, settings.secret_values())
     if not args.no_migrate:
         upgrade_to_head(settings.database_url)
     url = f"http://{args.host}:{args.port}/"
@@ -122,7 +122,7 @@ def worker_app() -> Any:
     from devicedeck.web.proxy import behind_proxies
 
     settings = load_settings()
-    configure_logging(settings.log_format, settings.log_level)
+    configure_logging(settings.log_format, settings.log_level, settings.secret_values())
     app = behind_proxies(
         create_app(settings), os.environ.get(FORWARDED_ALLOW_IPS, DEFAULT_FORWARDED_ALLOW_IPS)
     )

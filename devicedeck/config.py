@@ -6,6 +6,8 @@ import ipaddress
 import re
 import string
 from enum import StrEnum
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -181,10 +183,12 @@ class Settings(BaseSettings):
         if not value or not value.strip():
             return None
         urls = [part.strip() for part in value.split(",")]
-        for url in urls:
+        for number, url in enumerate(urls, start=1):
             if not WEBHOOK_URL.fullmatch(url):
+                # The entry is not repeated: it may carry a password.
                 raise ValueError(
-                    f"each comma-separated entry must be an http:// or https:// URL, not {url!r}"
+                    f"each comma-separated entry must be an http:// or https:// URL; entry "
+                    f"{number} of {len(urls)} is not"
                 )
         if len(set(urls)) != len(urls):
             raise ValueError("lists the same URL twice")
@@ -194,14 +198,27 @@ class Settings(BaseSettings):
     def webhook_urls(self) -> list[str]:
         return [url.strip() for url in (self.webhook_url or "").split(",") if url.strip()]
 
+    def secret_values(self) -> list[str]:
+        """What the logs must never show: each webhook URL whole, its credentials and its
+        query (a key may be there), and the database password."""
+        secrets: list[str] = list(self.webhook_urls)
+        for url in self.webhook_urls:
+            secrets += _url_secrets(url, query=True)
+        secrets += _url_secrets(self.database_url, query=False)
+        return secrets + [unquote(s) for s in secrets if unquote(s) != s]
+
     @field_validator("proxy_trusted_cidrs")
     @classmethod
     def _networks(cls, value: str | None) -> str | None:
-        for part in split_list(value):
+        parts = split_list(value)
+        for number, part in enumerate(parts, start=1):
             try:
                 ipaddress.ip_network(part, strict=False)
             except ValueError as e:
-                raise ValueError(f"{part!r} is not an address or network: {e}") from e
+                raise ValueError(
+                    f"each comma-separated entry must be an address or a network such as "
+                    f"10.0.0.0/8; entry {number} of {len(parts)} is not"
+                ) from e
         return value
 
     @model_validator(mode="after")
@@ -225,11 +242,24 @@ class Settings(BaseSettings):
         except ValueError as e:
             raise ValueError(f"is not a template: {e}") from e
         if not names <= LINK_FIELDS:
-            unknown = ", ".join(sorted(names - LINK_FIELDS))
+            # The placeholders' names, never the template: it is a URL, which may hold a key.
+            unknown = ", ".join(f"{{{name}}}" for name in sorted(names - LINK_FIELDS))
             raise ValueError(
-                f"may use only {{node}}, {{resource}} and {{device_id}}, not {unknown}"
+                f"may use only {{node}}, {{resource}} and {{device_id}} as placeholders, "
+                f"not {unknown}"
             )
         return value
+
+
+def _url_secrets(url: str, query: bool) -> list[str]:
+    """A URL's password (with its user name, as they stand in it), and its query if asked."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # no URL the parser can read: any credentials in it stay unknown
+        return []
+    found = [f"{parts.username}:{password}", password] if password else []
+    return found + ([parts.query] if query and parts.query else [])
 
 
 def split_list(value: str | None) -> list[str]:
@@ -237,16 +267,18 @@ def split_list(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
-def load_settings() -> Settings:
-    """The settings from the environment. A bad value stops the command with an error naming
-    the variable and what it accepts, before anything is started or changed."""
+def load_settings(**overrides: Any) -> Settings:
+    """The settings from the environment, with `overrides` (by field name) taking the place of
+    the variables they name. A bad value stops the command with an error naming the variable
+    and what it accepts, before anything is started or changed. The value itself is never
+    repeated: it may be a credential (a webhook URL with a password, a database URL), and the
+    error ends up in logs."""
     try:
-        return Settings()
+        return Settings(**overrides)
     except ValidationError as e:
         prefix = str(Settings.model_config.get("env_prefix", ""))
         problems = [
-            f"{prefix}{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']} "
-            f"(got {error['input']!r})"
+            f"{prefix}{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
             if error["loc"]
             # A rule across settings, whose message names them.
             else error["msg"]

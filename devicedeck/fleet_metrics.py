@@ -246,4 +246,8 @@ async def renew_fleet_gauges(fleet: FleetGauges) -> None:
             await asyncio.to_thread(fleet.read_nodes)
         except Exception:
             # Scrapes read for themselves once the text is too old, and answer as they did.
-            log.warning("reading the fleet gauges failed; will retry", exc_info=True)
+            log.warning(
+                "reading the fleet gauges failed; will retry",
+                exc_info=True,
+                extra={"event": "fleet_gauges_failed"},
+            )

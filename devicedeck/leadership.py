@@ -65,7 +65,11 @@ class Leadership:
                         await asyncio.sleep(RETRY_SECONDS)
                     await self._lead(work, lambda: _still_connected(conn))
             except psycopg.Error as e:
-                log.warning("leader lock connection failed: %s; retrying", e)
+                log.warning(
+                    "leader lock connection failed: %s; retrying",
+                    e,
+                    extra={"event": "leader_lock_unavailable"},
+                )
             await asyncio.sleep(RETRY_SECONDS)
 
     async def _run_with_file_lock(self, work: Callable[[], Awaitable[None]]) -> None:
@@ -76,7 +80,12 @@ class Leadership:
             except OSError as e:
                 # The database's directory is missing or read-only: the database is unusable
                 # too, and requests say so; try again later.
-                log.warning("leader lock file %s cannot be opened: %s; retrying", path, e)
+                log.warning(
+                    "leader lock file %s cannot be opened: %s; retrying",
+                    path,
+                    e,
+                    extra={"event": "leader_lock_unavailable"},
+                )
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
             try:
@@ -92,19 +101,29 @@ class Leadership:
     ) -> None:
         """Runs work until it ends or the lock is lost, whichever comes first."""
         self.leading = True
-        log.info("leading: this process runs the stale sweep and the cluster watcher")
+        log.info(
+            "leading: this process runs the stale sweep and the cluster watcher",
+            extra={"event": "leading"},
+        )
         task = asyncio.ensure_future(work())
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=CHECK_SECONDS)
                 if not task.done() and not await holds():
-                    log.warning("leader lock lost; stopping the work only the leader does")
+                    log.warning(
+                        "leader lock lost; stopping the work only the leader does",
+                        extra={"event": "leadership_lost"},
+                    )
                     break
         finally:
             self.leading = False
             await stop_work(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("leader work failed", exc_info=task.exception())
+            log.error(
+                "leader work failed",
+                exc_info=task.exception(),
+                extra={"event": "leader_work_failed"},
+            )
 
 
 async def _try_advisory_lock(conn: psycopg.AsyncConnection[Any]) -> bool:

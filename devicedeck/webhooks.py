@@ -113,7 +113,11 @@ class WebhookSender:
                     rows = await asyncio.to_thread(self._pending)
                     sent_all = await self._send_in_order(client, rows)
                 except Exception:
-                    log.exception("webhook sender for %s failed; will retry", self.target.shown)
+                    log.exception(
+                        "webhook sender for %s failed; will retry",
+                        self.target.shown,
+                        extra={"event": "webhook_sender_failed"},
+                    )
                     sent_all = False
                 if not sent_all:
                     await asyncio.sleep(self.backoff.next_delay())
@@ -150,6 +154,7 @@ class WebhookSender:
                 log.info(
                     "webhook sent",
                     extra={
+                        "event": "webhook_sent",
                         "target": self.target.shown,
                         "alert": row.labels.get("alertname"),
                         "status": row.status,
@@ -161,13 +166,19 @@ class WebhookSender:
                 await asyncio.to_thread(self._mark_rejected, row.id, error)
                 log.error(
                     "webhook refused, not retried",
-                    extra={"target": self.target.shown, "id": row.id, "error": error},
+                    extra={
+                        "event": "webhook_refused",
+                        "target": self.target.shown,
+                        "id": row.id,
+                        "error": error,
+                    },
                 )
                 return True
         await asyncio.to_thread(self._record_failure, row.id, error)
         log.warning(
             "webhook failed, will retry",
             extra={
+                "event": "webhook_failed",
                 "target": self.target.shown,
                 "id": row.id,
                 "attempt": row.attempts + 1,
@@ -195,7 +206,10 @@ async def prune_forever(app: FastAPI, settings: Settings) -> None:
         try:
             await asyncio.to_thread(_prune_once, app.state.session_factory, settings, targets)
         except Exception:
-            log.exception("pruning sent notifications failed; will retry")
+            log.exception(
+                "pruning sent notifications failed; will retry",
+                extra={"event": "notifications_prune_failed"},
+            )
         await asyncio.sleep(PRUNE_EVERY_SECONDS)
 
 
@@ -204,4 +218,6 @@ def _prune_once(factory: sessionmaker[Session], settings: Settings, targets: lis
     with write_session(factory) as session:
         pruned = prune_notifications(session, before, targets)
     if pruned:
-        log.info("pruned old notifications", extra={"count": pruned})
+        log.info(
+            "pruned old notifications", extra={"event": "notifications_pruned", "count": pruned}
+        )

@@ -116,7 +116,8 @@ def _config_problem(args: argparse.Namespace) -> str | None:
         return f"--node: {args.node!r} {problem}"
     url = urlsplit(args.server)
     if url.scheme not in ("http", "https") or not url.netloc:
-        return f"--server: {args.server!r} must be an http:// or https:// URL"
+        # Not repeated: a URL may carry credentials.
+        return "--server: must be an http:// or https:// URL"
     if args.interval < 1:
         return "--interval: must be at least 1 second"
     for name in ("heartbeat", "max_backoff", "auth_retry"):
@@ -137,9 +138,11 @@ def run(args: argparse.Namespace) -> int:
     from devicedeck.logs import configure_logging
     from devicedeck.signals import stop_on_signals, wait_for_stop
 
-    configure_logging(LogFormat(args.log_format), args.log_level)
-    # One line per request at INFO would drown the agent's own log.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The HTTP client's line per request is held back by configure_logging; the token, were
+    # it ever in a message, would be written as ***.
+    configure_logging(
+        LogFormat(args.log_format), args.log_level, [os.environ.get("DEVICEDECK_TOKEN", "")]
+    )
     args.node = args.node or os.environ.get("NODE_NAME")
     problem = _config_problem(args)
     taps: list[TapSpec] = []

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from devicedeck.demo.topology import WORKLOAD_INTERVAL_SECONDS
 from devicedeck.logs import configure_logging_once
+from devicedeck.signals import stop_on_signals
 
 DEFAULT_DATA_DIR = Path("devicedeck-data")
 
@@ -79,6 +77,18 @@ def register(subparsers: Any) -> None:
     workload.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     workload.set_defaults(func=run_demo_workload)
 
+    receiver = subparsers.add_parser(
+        "demo-receiver",
+        help="receive webhook notifications and log each alert (the demo's receiver)",
+        description="A webhook receiver that takes Alertmanager-style messages, as the "
+        "service sends them with DEVICEDECK_WEBHOOK_URL, and logs one line per alert "
+        "(firing or resolved), until SIGINT or SIGTERM.",
+    )
+    receiver.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    receiver.add_argument("--port", type=int, required=True, help="port to listen on")
+    receiver.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    receiver.set_defaults(func=run_demo_receiver)
+
 
 def run_demo(args: argparse.Namespace) -> int:
     from devicedeck.demo.runner import Demo
@@ -122,23 +132,33 @@ def run_demo_workload(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"devicedeck demo-workload: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_on_signals() as stop:
         workload.run(stop)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     logging.getLogger(__name__).info(
         "workload stopped",
         extra={
+            "event": "workload_stopped",
             "pods_created": workload.created,
             "pods_deleted": workload.deleted,
             "pods_rejected": workload.rejected,
         },
     )
+    return 0
+
+
+def run_demo_receiver(args: argparse.Namespace) -> int:
+    from devicedeck.demo.receiver import serve
+
+    configure_logging_once(args.log_level)
+    if not 0 < args.port < 65536:
+        print("devicedeck demo-receiver: --port must be between 1 and 65535", file=sys.stderr)
+        return 2
+    with stop_on_signals() as stop:
+        try:
+            serve(args.host, args.port, stop)
+        except OSError as e:
+            logging.getLogger(__name__).error(
+                "receiver not started", extra={"event": "start_failed", "reason": e}
+            )
+            return 1
     return 0

@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devicedeck.config import LogFormat
+from devicedeck.logs import formatted_line
 from devicedeck.retry import NO_JITTER, Backoff
 
 STOP_GRACE_SECONDS = 10.0
@@ -92,9 +94,10 @@ class Children:
     """Starts children, restarts those that die, and stops them all, tier by tier (highest
     first)."""
 
-    def __init__(self, env: Mapping[str, str], cwd: Path) -> None:
+    def __init__(self, env: Mapping[str, str], cwd: Path, log_format: str = "text") -> None:
         self._env = dict(env)
         self._cwd = cwd
+        self._log_format = LogFormat(log_format)
         self.started: list[Child] = []
         self._preexec = _die_with_parent()
 
@@ -151,10 +154,17 @@ class Children:
             elif now >= child.restart_at:
                 child.restart_at = None
                 child.restarts += 1
+                # In the log's own format, so every line of it reads the same way.
+                line = formatted_line(
+                    self._log_format,
+                    "devicedeck.demo",
+                    "started again by the demo",
+                    event="restarted",
+                    process=child.name,
+                    restart=child.restarts,
+                )
                 with child.log_path.open("ab") as log:
-                    log.write(
-                        f"--- started again by the demo (restart {child.restarts})\n".encode()
-                    )
+                    log.write(f"{line}\n".encode())
                 self._spawn(child, "ab")
                 assert child.process is not None
                 report(f"{child.name} started again (pid {child.process.pid})")

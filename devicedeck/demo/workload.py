@@ -65,13 +65,16 @@ class RemoteWorkload:
             except ControlUnavailable as e:
                 # The kubelet may be starting or restarting; say so once, then keep trying.
                 if self._kubelet_seen:
-                    log.warning("kubelet unreachable; will retry", extra={"reason": e})
+                    log.warning(
+                        "kubelet unreachable; will retry",
+                        extra={"event": "kubelet_unreachable", "reason": e},
+                    )
                 self._kubelet_seen = False
 
     def _call(self, request: dict[str, Any]) -> Any:
         result = call(self._socket, request, timeout=CALL_TIMEOUT_SECONDS)
         if not self._kubelet_seen:
-            log.info("kubelet reachable again")
+            log.info("kubelet reachable again", extra={"event": "kubelet_reachable"})
             self._kubelet_seen = True
         return result
 
@@ -100,7 +103,12 @@ class RemoteWorkload:
         except ControlError as e:
             log.info(
                 "workload delete skipped",
-                extra={"namespace": namespace, "pod": name, "reason": e},
+                extra={
+                    "event": "workload_delete_skipped",
+                    "namespace": namespace,
+                    "pod": name,
+                    "reason": e,
+                },
             )
 
     def _create_pod(self, resources: list[str]) -> None:
@@ -118,7 +126,12 @@ class RemoteWorkload:
             self.held_back += 1
             log.info(
                 "workload pod held back",
-                extra={"namespace": namespace, "pod": name, "reason": "reserve"},
+                extra={
+                    "event": "workload_pod_held_back",
+                    "namespace": namespace,
+                    "pod": name,
+                    "reason": "reserve",
+                },
             )
             return
         request = {"op": "pod.create", "namespace": namespace, "name": name}
@@ -131,7 +144,12 @@ class RemoteWorkload:
             self.rejected += 1
             log.info(
                 "workload pod rejected",
-                extra={"namespace": namespace, "pod": name, "reason": e},
+                extra={
+                    "event": "workload_pod_rejected",
+                    "namespace": namespace,
+                    "pod": name,
+                    "reason": e,
+                },
             )
 
     def _leaves_reserve(self, requests: dict[str, int]) -> bool:

@@ -137,7 +137,10 @@ class KubeApi:
                     self.dra_version = None
                 raise
             if version != self.dra_version:
-                log.info("reading DRA objects", extra={"version": f"{DRA_GROUP}/{version}"})
+                log.info(
+                    "reading DRA objects",
+                    extra={"event": "dra_version_chosen", "version": f"{DRA_GROUP}/{version}"},
+                )
                 self.dra_version = version
             return response
         raise AssertionError("unreachable: DRA_VERSIONS is not empty")

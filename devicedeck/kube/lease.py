@@ -114,7 +114,11 @@ class LeaseElection:
     async def run(self, work: Callable[[], Awaitable[None]]) -> None:
         log.info(
             "electing the leader with coordination.k8s.io/v1",
-            extra={"lease": self.where, "identity": self.identity},
+            extra={
+                "event": "leader_election_started",
+                "lease": self.where,
+                "identity": self.identity,
+            },
         )
         try:
             while True:
@@ -131,7 +135,7 @@ class LeaseElection:
         self.leading = True
         log.info(
             "leading: this process runs the stale sweep and the cluster watcher",
-            extra={"lease": self.where, "identity": self.identity},
+            extra={"event": "leading", "lease": self.where, "identity": self.identity},
         )
         task = asyncio.ensure_future(work())
         renewed = time.monotonic()
@@ -147,6 +151,7 @@ class LeaseElection:
                         "lease %s is held by %s now; stopping the work only the leader does",
                         self.where,
                         self.holder(),
+                        extra={"event": "leadership_lost"},
                     )
                     break
                 elif time.monotonic() - renewed >= self.renew_deadline:
@@ -154,13 +159,18 @@ class LeaseElection:
                         "lease %s not renewed for %.0f s; stopping the work only the leader does",
                         self.where,
                         self.renew_deadline,
+                        extra={"event": "leadership_lost"},
                     )
                     break
         finally:
             self.leading = False
             await stop_work(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("leader work failed", exc_info=task.exception())
+            log.error(
+                "leader work failed",
+                exc_info=task.exception(),
+                extra={"event": "leader_work_failed"},
+            )
 
     def holder(self) -> str:
         spec = (self._lease or {}).get("spec") or {}
@@ -194,7 +204,12 @@ class LeaseElection:
                 return False
             # Another candidate wrote first (AlreadyExists, or Conflict on a stale
             # resourceVersion): what it wrote decides, so read it now.
-            log.info("lease %s was written by another replica first (%s)", self.where, e.reason)
+            log.info(
+                "lease %s was written by another replica first (%s)",
+                self.where,
+                e.reason,
+                extra={"event": "lease_conflict"},
+            )
             with contextlib.suppress(ApiStatus, ApiUnreachable):
                 lease = await asyncio.to_thread(self.api.read_lease, self.namespace, self.name)
                 if lease is not None:
@@ -260,7 +275,7 @@ class LeaseElection:
                         self.api.replace_lease, self.namespace, self.name, released
                     )
                 )
-                log.info("lease %s given up", self.where)
+                log.info("lease %s given up", self.where, extra={"event": "lease_given_up"})
                 return
             except ApiStatus as e:
                 if e.code != 409:
@@ -273,11 +288,20 @@ class LeaseElection:
                 break
         if self.holds():
             # The API server is away: the Lease runs out by itself.
-            log.warning("lease %s not given up; it expires by itself", self.where)
+            log.warning(
+                "lease %s not given up; it expires by itself",
+                self.where,
+                extra={"event": "lease_not_given_up"},
+            )
         self._lease = None
 
     def _problem(self, message: str) -> None:
         """Log a failed attempt once until it changes, not on every retry."""
         if message != self._last_problem:
-            log.warning("lease %s cannot be read or written: %s; retrying", self.where, message)
+            log.warning(
+                "lease %s cannot be read or written: %s; retrying",
+                self.where,
+                message,
+                extra={"event": "lease_unavailable"},
+            )
             self._last_problem = message

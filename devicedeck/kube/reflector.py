@@ -115,7 +115,14 @@ class Reflector:
                 if self.stop.is_set():
                     break
                 if e.gone:
-                    log.info("watch expired, relisting", extra={"resource": self.name, "reason": e})
+                    log.info(
+                        "watch expired, relisting",
+                        extra={
+                            "event": "cluster_watch_expired",
+                            "resource": self.name,
+                            "reason": e,
+                        },
+                    )
                     self.resource_version = ""
                     gone_in_a_row += 1
                     # Relist at once the first time; a server that keeps answering 410 to
@@ -133,7 +140,10 @@ class Reflector:
                 self.resource_version = ""
                 self._fail(backoff, status.BACKOFF, f"database error: {type(e).__name__}: {e}")
             except Exception as e:  # keep the thread alive on anything unforeseen; it is logged
-                log.exception("cluster watch failed", extra={"resource": self.name})
+                log.exception(
+                    "cluster watch failed",
+                    extra={"event": "cluster_watch_failed", "resource": self.name},
+                )
                 self.resource_version = ""
                 self._fail(backoff, status.BACKOFF, f"unexpected error: {type(e).__name__}: {e}")
         self._report(status.STOPPED, force=True)
@@ -161,7 +171,15 @@ class Reflector:
             resource_version=version,
             retry_at=None,
         )
-        log.info("listed", extra={"resource": self.name, "items": len(items), "version": version})
+        log.info(
+            "listed",
+            extra={
+                "event": "cluster_listed",
+                "resource": self.name,
+                "items": len(items),
+                "version": version,
+            },
+        )
 
     def _watch(self) -> int:
         timeout = int(max(1, min(WATCH_TIMEOUT_MAX, self.next_resync - time.monotonic())))
@@ -207,7 +225,13 @@ class Reflector:
         )
         log.warning(
             "cluster watch problem",
-            extra={"resource": self.name, "state": state, "retry_in": delay, "detail": message},
+            extra={
+                "event": "cluster_watch_problem",
+                "resource": self.name,
+                "state": state,
+                "retry_in": delay,
+                "detail": message,
+            },
         )
         self._report(state, message, force=True)
         self.stop.wait(delay)
@@ -224,7 +248,10 @@ class Reflector:
             with write_session(self.factory) as session:
                 status.write_status(session, self.name, dict(self._status), utcnow())
         except SQLAlchemyError as e:
-            log.warning("cannot write watch status", extra={"resource": self.name, "error": e})
+            log.warning(
+                "cannot write watch status",
+                extra={"event": "watch_status_not_written", "resource": self.name, "error": e},
+            )
             return
         self._status_written = now
 

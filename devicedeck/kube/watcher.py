@@ -67,7 +67,8 @@ class ClusterWatcher:
             thread.join(timeout=deadline)
             if thread.is_alive():
                 log.warning(
-                    "cluster watch thread did not stop in time", extra={"thread_name": thread.name}
+                    "cluster watch thread did not stop in time",
+                    extra={"event": "cluster_watch_not_stopped", "thread_name": thread.name},
                 )
 
     def _join_loop(self) -> None:
@@ -76,7 +77,10 @@ class ClusterWatcher:
                 with write_session(self.factory) as session:
                     pod_sync.join_allocations(session)
             except SQLAlchemyError as e:
-                log.warning("joining allocations to pods failed; will retry", extra={"error": e})
+                log.warning(
+                    "joining allocations to pods failed; will retry",
+                    extra={"event": "pod_join_failed", "error": e},
+                )
 
 
 async def run_watcher(watcher: ClusterWatcher) -> None:
@@ -98,14 +102,25 @@ def start_cluster_integration(app: FastAPI, tasks: BackgroundTasks) -> None:
     try:
         api = KubeApi.from_settings(settings)
     except KubeUnavailable as e:
-        log.error("cluster integration not started: %s", e.message)
+        log.error(
+            "cluster integration not started: %s",
+            e.message,
+            extra={"event": "cluster_integration_failed"},
+        )
         app.state.kube_problem = e.message
         return
     app.state.kube_api = api
     app.state.service_account_reviewer = ServiceAccountReviewer(
         api, parse_service_accounts(settings.agent_service_accounts)
     )
-    log.info("cluster integration started", extra={"mode": settings.kube.value, "host": api.host})
+    log.info(
+        "cluster integration started",
+        extra={
+            "event": "cluster_integration_started",
+            "mode": settings.kube.value,
+            "host": api.host,
+        },
+    )
     # With cluster access the replicas elect their leader with a Lease, not the database.
     tasks.elect_with(
         LeaseElection(api, lease_namespace(settings), settings.leader_lease_name, holder_identity())

@@ -89,7 +89,10 @@ async def poll_latest(hub: LiveHub, factory: sessionmaker[Session]) -> None:
         try:
             latest = await asyncio.to_thread(read_latest, factory)
         except Exception:
-            log.exception("reading the newest event id failed; will retry")
+            log.exception(
+                "reading the newest event id failed; will retry",
+                extra={"event": "newest_event_read_failed"},
+            )
         else:
             if latest != hub.latest:
                 hub.publish(latest)

@@ -148,7 +148,10 @@ async def end_streams_of_the_gone(
         try:
             gone = await asyncio.to_thread(owners_gone, factory, checked, utcnow(), limits)
         except Exception:
-            log.exception("checking the live streams' sessions and tokens failed; will retry")
+            log.exception(
+                "checking the live streams' sessions and tokens failed; will retry",
+                extra={"event": "stream_check_failed"},
+            )
             continue
         for owner in gone:
             streams.end(owner)

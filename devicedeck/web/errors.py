@@ -214,6 +214,7 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning(
             "database error",
             extra={
+                "event": "database_error",
                 "method": request.method,
                 "path": request.url.path,
                 "error": type(exc.orig).__name__,
@@ -227,12 +228,15 @@ def install_error_handlers(app: FastAPI) -> None:
         # than the pool waits: an overload, which the same request sent later gets past.
         log.warning(
             "no free database connection",
-            extra={"method": request.method, "path": request.url.path},
+            extra={"event": "database_busy", "method": request.method, "path": request.url.path},
         )
         return _unavailable(request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error", extra={"method": request.method, "path": request.url.path})
+        log.exception(
+            "unhandled error",
+            extra={"event": "unhandled_error", "method": request.method, "path": request.url.path},
+        )
         # A page that failed (in a query or in its template) is still answered as a page.
         return _answer(request, 500, "internal_error", "internal error; see the service log")

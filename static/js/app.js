@@ -1,6 +1,6 @@
 // Devicedeck dashboard behaviour that HTML alone cannot give: times in UTC or the reader's
-// time zone (a switch remembered per browser), the live-connection indicator, a brief mark on events that just arrived, and "/"
-// to jump to the search box. Loaded as a file (the CSP allows no inline script).
+// time zone (a switch remembered per browser), the live-connection indicator, a brief mark on events that just arrived, copy
+// buttons that work over plain HTTP too, and "/" to jump to the search box. Loaded as a file (the CSP allows no inline script).
 (function () {
   "use strict";
 
@@ -167,6 +167,54 @@
     }
   }
 
+  // Copying a command. The Clipboard API exists only on HTTPS and localhost pages; a dashboard
+  // served over plain HTTP elsewhere selects the command and asks the browser to copy the
+  // selection, and when even that is refused, leaves it selected and says to press Ctrl+C.
+  // Either way the card says what happened.
+  function copyCommand(button) {
+    var text = button.getAttribute("data-copy");
+    var card = button.closest(".commands");
+    var status = card ? card.querySelector(".copy-status") : null;
+    var code = button.parentNode.querySelector(".cmd");
+
+    function report(message, label) {
+      if (status) {
+        status.textContent = message;
+      }
+      button.textContent = label;
+      window.setTimeout(function () { button.textContent = "Copy"; }, 2000);
+    }
+
+    function copySelection() {
+      var copied = false;
+      if (code) {
+        var range = document.createRange();
+        range.selectNodeContents(code);
+        var selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+        try {
+          copied = document.execCommand("copy");
+        } catch (e) {
+          copied = false;
+        }
+      }
+      if (copied) {
+        report("Copied: " + text, "Copied");
+      } else {
+        report("The command is selected: press Ctrl+C (\u2318C on a Mac) to copy it.", "Selected");
+      }
+    }
+
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () {
+        report("Copied: " + text, "Copied");
+      }, copySelection);
+    } else {
+      copySelection();
+    }
+  }
+
   var pulseTimer = null;
   // When the live refresher last got an answer: only its swaps mark arrivals (a filter that
   // brings newer events into view is not news).
@@ -225,13 +273,9 @@
     // Copy buttons next to ready-made commands.
     document.addEventListener("click", function (event) {
       var button = event.target.closest ? event.target.closest("[data-copy]") : null;
-      if (!button || !navigator.clipboard) {
-        return;
+      if (button) {
+        copyCommand(button);
       }
-      navigator.clipboard.writeText(button.getAttribute("data-copy")).then(function () {
-        button.textContent = "Copied";
-        window.setTimeout(function () { button.textContent = "Copy"; }, 1500);
-      });
     });
 
     document.addEventListener("keydown", function (event) {

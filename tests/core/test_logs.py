@@ -90,6 +90,99 @@ def test_text_logs_have_the_access_line_as_key_value_pairs(
     assert token not in output and BAD_TOKEN not in output and session_id not in output
 
 
+LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
+
+
+def log_calls(path: Path) -> list[ast.Call]:
+    """Calls of log.LEVEL(...), logger.LEVEL(...) and logging.getLogger(...).LEVEL(...)."""
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = ast.unparse(node.func.value)
+            if node.func.attr in LEVELS and (target in ("log", "logger") or "getLogger" in target):
+                calls.append(node)
+    return calls
+
+
+def test_every_log_call_of_the_service_agent_and_demo_names_its_event() -> None:
+    """A collector queries lines by `event`; a line without one gets the first words of its
+    message, which a reworded message would change. The simulators are left to that."""
+    unnamed = []
+    for path in sorted(APP.rglob("*.py")):
+        if {"sim", "proto"} & set(path.relative_to(APP).parts):
+            continue
+        for call in log_calls(path):
+            extra = next((k.value for k in call.keywords if k.arg == "extra"), None)
+            keys = (
+                [k.value for k in extra.keys if isinstance(k, ast.Constant)]
+                if isinstance(extra, ast.Dict)
+                else []
+            )
+            if "event" not in keys:
+                unnamed.append(f"{path.relative_to(APP)}:{call.lineno}")
+    assert unnamed == []
+    assert len(log_calls(APP / "webhooks.py")) >= 5, "the scan finds the calls"
+
+
+def record(message: str, *args: object, **fields: object) -> logging.LogRecord:
+    made = logging.LogRecord("lib.thing", logging.INFO, __file__, 1, message, args, None)
+    made.created = 1796308565.25  # 2026-12-03T14:36:05.250Z
+    made.msecs = 250.0
+    for key, value in fields.items():
+        setattr(made, key, value)
+    return made
+
+
+def test_times_are_rfc3339_in_utc_with_milliseconds_in_both_formats() -> None:
+    from devicedeck.logs import JsonFormatter, TextFormatter
+
+    assert json.loads(JsonFormatter().format(record("x")))["time"] == "2026-12-03T14:36:05.250Z"
+    assert TextFormatter().format(record("x")).startswith("time=2026-12-03T14:36:05.250Z ")
+
+
+@pytest.mark.parametrize(
+    ("message", "args", "event"),
+    [
+        # uvicorn, alembic, httpx: the words before the first value.
+        ("Started server process [%d]", (42,), "started_server_process"),
+        (
+            "Uvicorn running on %s://%s:%d (Press CTRL+C to quit)",
+            ("http", "h", 1),
+            "uvicorn_running_on",
+        ),
+        ("Running upgrade %s -> %s, %s", ("a", "b", "c"), "running_upgrade"),
+        ("Will assume transactional DDL.", (), "will_assume_transactional_ddl"),
+        ('HTTP Request: %s %s "%s %d %s"', ("POST", "u", "HTTP/1.1", 200, "OK"), "http_request"),
+        ("%s", ("anything",), "lib_thing"),
+    ],
+)
+def test_a_line_without_an_event_gets_one_from_its_message_template(
+    message: str, args: tuple[object, ...], event: str
+) -> None:
+    from devicedeck.logs import JsonFormatter, TextFormatter
+
+    assert json.loads(JsonFormatter().format(record(message, *args)))["event"] == event
+    assert f" event={event}" in TextFormatter().format(record(message, *args))
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_credentials_in_any_url_and_named_secrets_are_written_as_stars(log_format: str) -> None:
+    from devicedeck.logs import JsonFormatter, Redactor, TextFormatter
+
+    redact = Redactor(["key=abc123"])
+    formatter = JsonFormatter(redact) if log_format == "json" else TextFormatter(redact)
+    line = formatter.format(
+        record(
+            "POST %s failed",
+            "https://bob:pa55@hooks.example/x?key=abc123",
+            target=["postgresql://app:dbpa55@db/x"],
+        )
+    )
+    for secret in ("bob", "pa55", "abc123"):
+        assert secret not in line
+    assert "https://***@hooks.example/x?***" in line and "postgresql://***@db/x" in line
+
+
 def test_no_log_field_is_named_like_an_attribute_of_every_log_record() -> None:
     """logging refuses such an `extra` with a KeyError when the line is written: at run time,
     on whatever path logs it, often an error path."""

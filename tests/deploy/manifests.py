@@ -18,8 +18,8 @@ MANIFESTS = REPO / "deploy" / "kubernetes"
 COMPONENTS = MANIFESTS / "components"
 MONITORING = REPO / "deploy" / "monitoring"
 KUSTOMIZATION = "kustomization.yaml"
-# Not Kubernetes objects: promtool's unit tests of the alert rules.
-NOT_OBJECTS = {"rules-test.yaml"}
+# Not Kubernetes objects: the alert rules as a plain rule file, and promtool's unit tests.
+NOT_OBJECTS = {"devicedeck.rules.yaml", "rules-test.yaml"}
 SERVER_NAMESPACE = "devicedeck"
 AGENT_NAMESPACE = "devicedeck-agent"
 

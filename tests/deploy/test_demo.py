@@ -3,10 +3,7 @@ started again on the same data directory."""
 
 from __future__ import annotations
 
-import http.cookiejar
-import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -15,23 +12,31 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from core.webhook_receiver import WebhookReceiver, running
 
-from devicedeck.demo.runner import advertise_command, kubeconfig_server
-from devicedeck.demo.topology import DRA_DEVICES, DRA_NODE, TOPOLOGY
+from devicedeck.demo.topology import TOPOLOGY
 
+from .demo_cluster import DATA_TIMEOUT, exercise_the_cluster, get
+from .demo_watch import (
+    OUTAGE_NODE,
+    log_line_problems,
+    metrics_text,
+    printed_agent_metrics,
+    stale_alerts,
+    stop_an_agent_then_continue_it,
+)
 from .helpers import REPO, wait_for_dashboard, wait_until
 
 pytestmark = pytest.mark.slow
 
 STARTUP_TIMEOUT = 180.0
 # Deadlines for outcomes, generous so a busy machine passes; the demo's speed is not tested.
-DATA_TIMEOUT = 120.0
 STOP_TIMEOUT = 60.0
 
 
@@ -39,11 +44,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def get(port: int, path: str) -> Any:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-        return json.load(response)
 
 
 def descendants(pid: int) -> dict[int, str]:
@@ -102,6 +102,10 @@ class Run:
     # node -> who the service credited with the node's first snapshot
     added_by: dict[str, str]
     crash: dict[str, Any]
+    # What `during` found while the demo ran.
+    during: dict[str, Any]
+    # Lines of the demo's logs that are not whole lines of the format it was asked for.
+    log_problems: list[str]
 
 
 # A node's processes wait 30 s before they start again; the rest is a busy machine's margin.
@@ -145,11 +149,16 @@ def node_stale(port: int, node: str) -> bool:
     return bool(get(port, f"/api/v1/nodes/{node}")["stale"])
 
 
-def kill_an_agent_and_see_it_come_back(port: int, demo_pid: int, log: Path) -> dict[str, Any]:
+def kill_an_agent_and_see_it_come_back(
+    port: int, demo_pid: int, log: Path, data_dir: Path
+) -> dict[str, Any]:
     """SIGKILL one node's agent: the node turns stale, the demo starts the agent again, and
-    the node is fresh again."""
+    the node is fresh again; the demo's webhook receiver logs the stale alert firing, then
+    resolved."""
     node = TOPOLOGY[1].name
     wait_until(lambda: not node_stale(port, node), DATA_TIMEOUT, f"{node} fresh at first")
+    webhook_log = data_dir / "logs" / "webhooks.log"
+    before = len(stale_alerts(webhook_log, node))
     old = agent_pid(demo_pid, node)
     assert old is not None
     os.kill(old, signal.SIGKILL)
@@ -163,10 +172,17 @@ def kill_an_agent_and_see_it_come_back(port: int, demo_pid: int, log: Path) -> d
 
     wait_until(started_again, RESTART_TIMEOUT, f"a new agent for {node}")
     wait_until(lambda: not node_stale(port, node), DATA_TIMEOUT, f"{node} fresh again")
+    wait_until(
+        lambda: stale_alerts(webhook_log, node)[before:] == ["firing", "resolved"],
+        DATA_TIMEOUT,
+        f"DevicedeckNodeStale firing and resolved for {node}",
+    )
     return {"node": node, "old": old, "new": new[0], "output": log.read_text()}
 
 
-def kill_an_agent_then_stop_the_demo(port: int, demo_pid: int, log: Path) -> dict[str, Any]:
+def kill_an_agent_then_stop_the_demo(
+    port: int, demo_pid: int, log: Path, data_dir: Path
+) -> dict[str, Any]:
     """SIGKILL one node's agent and stop the demo while the agent waits to start again."""
     node = TOPOLOGY[2].name
     old = agent_pid(demo_pid, node)
@@ -180,216 +196,7 @@ def kill_an_agent_then_stop_the_demo(port: int, demo_pid: int, log: Path) -> dic
     return {"node": node, "old": old}
 
 
-def node_page(port: int, node: str, opener: urllib.request.OpenerDirector | None = None) -> str:
-    url = f"http://127.0.0.1:{port}/nodes/{node}"
-    with (opener or urllib.request.build_opener()).open(url, timeout=5) as response:
-        return str(response.read().decode())
-
-
-def advertised_by_hand(page: str) -> str:
-    """The "Advertised by hand" card of a node page."""
-    start = page.index('id="manual-title"')
-    return page[start : page.index("</section>", start)]
-
-
-def exercise_the_cluster(port: int, data_dir: Path) -> dict[str, Any]:
-    """What the README shows: the documentation's curl patch against the demo's API server,
-    which the node page then lists; the dashboard's own advertise form; kubectl's view."""
-    kubeconfig = data_dir / "kubeconfig"
-    server = kubeconfig_server(kubeconfig)
-    node = TOPOLOGY[0].name
-    curl = subprocess.run(
-        ["bash", "-c", advertise_command(server, node)], capture_output=True, text=True, timeout=30
-    )
-    assert curl.returncode == 0, curl.stderr
-    assert json.loads(curl.stdout)["status"]["capacity"]["example.com/dongle"] == "4"
-    wait_until(
-        lambda: "example.com/dongle" in advertised_by_hand(node_page(port, node)),
-        DATA_TIMEOUT,
-        "the curl-advertised resource on the node page",
-    )
-    # The dashboard's form, after signing in with the admin token the demo printed (with auth
-    # off a visitor only reads): the page's CSRF cookie and token, sent from the page's origin.
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    origin = {"Origin": f"http://127.0.0.1:{port}"}
-    with opener.open(f"http://127.0.0.1:{port}/login", timeout=5) as response:
-        login_csrf = re.search(r'name="csrf_token" value="([^"]+)"', response.read().decode())
-    assert login_csrf is not None
-    admin_token = (data_dir / "admin.token").read_text().strip()
-    sign_in = urllib.parse.urlencode(
-        {"csrf_token": login_csrf.group(1), "token": admin_token, "next": f"/nodes/{node}"}
-    ).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/login", data=sign_in, headers=origin)
-    with opener.open(request, timeout=10) as response:
-        assert response.status == 200  # the node page, signed in
-    token = re.search(r'name="csrf_token" value="([^"]+)"', node_page(port, node, opener))
-    assert token is not None
-    form = urllib.parse.urlencode(
-        {
-            "csrf_token": token.group(1),
-            "action": "set",
-            "resource": "example.com/widget",
-            "quantity": "2",
-        }
-    ).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/nodes/{node}/extended-resources",
-        data=form,
-        headers={"Origin": f"http://127.0.0.1:{port}"},
-    )
-    with opener.open(request, timeout=10) as response:
-        assert response.status == 200  # after the redirect back to the node page
-    with urllib.request.urlopen(f"{server}/api/v1/nodes/{node}", timeout=5) as response:
-        cluster_node = json.load(response)
-    assert cluster_node["status"]["capacity"]["example.com/widget"] == "2"
-    wait_until(
-        lambda: "example.com/widget" in advertised_by_hand(node_page(port, node)),
-        DATA_TIMEOUT,
-        "the form-advertised resource on the node page",
-    )
-    # Device-plugin resources come from the sim-kubelets through the API server.
-    gpu = TOPOLOGY[0].plugins[0]
-    wait_until(
-        lambda: (
-            (detail := get(port, f"/api/v1/nodes/{node}"))["kube_synced_at"]
-            and detail["capacity"].get(gpu.resource) == str(gpu.count)
-        ),
-        DATA_TIMEOUT,
-        "the node's capacity from the API server",
-    )
-    # An unhealthy device lowers allocatable, not capacity, as the kubelet reports it.
-    root = data_dir / "kubelet" / node
-    command = ["sim-ctl", "--root", str(root), "device", "health", gpu.resource, "#0", "Unhealthy"]
-    ctl = subprocess.run(
-        [sys.executable, "-m", "devicedeck.cli", *command],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert ctl.returncode == 0, ctl.stderr
-
-    def lowered() -> bool:
-        with urllib.request.urlopen(f"{server}/api/v1/nodes/{node}", timeout=5) as response:
-            status = json.load(response)["status"]
-        detail = get(port, f"/api/v1/nodes/{node}")
-        return (
-            status["capacity"][gpu.resource] == str(gpu.count)
-            and int(status["allocatable"][gpu.resource]) < gpu.count
-            and detail["capacity"][gpu.resource] == str(gpu.count)
-            and detail["allocatable"][gpu.resource] == status["allocatable"][gpu.resource]
-        )
-
-    wait_until(lowered, DATA_TIMEOUT, "allocatable below capacity after a device turned unhealthy")
-    detail = get(port, f"/api/v1/nodes/{node}")
-    # The simulated DRA driver's GPUs, with the claims and health it wrote, through the watcher,
-    # and the health of every one from its health stream, through the node's agent.
-    dra: list[dict[str, Any]] = []
-
-    def dra_shows() -> bool:
-        dra[:] = get(port, f"/api/v1/dra/devices?node={DRA_NODE}")["results"]
-        return (
-            len(dra) == DRA_DEVICES
-            and all(d["health"] for d in dra)
-            and any(d["health"]["source"] == "kubelet_dra_health" for d in dra)
-        )
-
-    wait_until(dra_shows, DATA_TIMEOUT, "the simulated DRA driver's devices")
-    return {
-        "node": cluster_node,
-        "detail": detail,
-        "dra": dra,
-        "faults": scripted_faults(port),
-        "cordon": cordon_and_uncordon(port, kubeconfig, node),
-    }
-
-
-def nodes_row(port: int, node: str) -> str:
-    """The row of `node` in the dashboard's nodes list."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/nodes", timeout=5) as response:
-        page = response.read().decode()
-    start = page.index(f'href="/nodes/{node}"')
-    return str(page[start : page.index("</tr>", start)])
-
-
-def set_unschedulable(kubeconfig: Path, node: str, cordoned: bool) -> str:
-    """`kubectl cordon` (or uncordon) against the demo's API server; without kubectl, the
-    JSON patch it amounts to."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is not None:
-        verb = "cordon" if cordoned else "uncordon"
-        done = subprocess.run(
-            [kubectl, "--kubeconfig", str(kubeconfig), verb, node],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-    patch = [{"op": "add", "path": "/spec/unschedulable", "value": cordoned}]
-    request = urllib.request.Request(
-        f"{kubeconfig_server(kubeconfig)}/api/v1/nodes/{node}",
-        data=json.dumps(patch).encode(),
-        method="PATCH",
-        headers={"Content-Type": "application/json-patch+json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return f"patched {response.status}"
-
-
-def cordon_and_uncordon(port: int, kubeconfig: Path, node: str) -> dict[str, Any]:
-    """A cordon shows on the nodes list, the node page and the API; an uncordon clears it."""
-    said = set_unschedulable(kubeconfig, node, True)
-    wait_until(
-        lambda: "SchedulingDisabled" in nodes_row(port, node),
-        DATA_TIMEOUT,
-        "the cordoned node on the nodes list",
-    )
-    cordoned = {
-        "said": said,
-        "row": nodes_row(port, node),
-        "page": node_page(port, node),
-        "api": get(port, f"/api/v1/nodes/{node}")["kubernetes"],
-    }
-    set_unschedulable(kubeconfig, node, False)
-    wait_until(
-        lambda: "SchedulingDisabled" not in nodes_row(port, node),
-        DATA_TIMEOUT,
-        "the uncordoned node on the nodes list",
-    )
-    return cordoned | {"after": get(port, f"/api/v1/nodes/{node}")["kubernetes"]}
-
-
-def scripted_faults(port: int) -> dict[str, dict[str, Any]]:
-    """The devices the demo fails and unplugs on its untapped node, once the service has told
-    them apart, by device ID."""
-    wanted = {
-        (node.name, plugin.resource): plugin
-        for node in TOPOLOGY
-        for plugin in node.plugins
-        if plugin.unplugged or plugin.made_unhealthy
-    }
-    found: dict[str, dict[str, Any]] = {}
-
-    def told_apart() -> bool:
-        found.clear()
-        for (node, resource), plugin in wanted.items():
-            query = urllib.parse.urlencode({"node": node, "resource": resource, "state": "any"})
-            for device in get(port, f"/api/v1/devices?{query}")["results"]:
-                if device["device_id"] in plugin.unplugged + plugin.made_unhealthy:
-                    found[device["device_id"]] = device
-        states = {d: (found[d]["state"], found[d]["health"]) for d in found}
-        return all(
-            states.get(d, ("",))[0] == "removed" for p in wanted.values() for d in p.unplugged
-        ) and all(
-            states.get(d) == ("present", "Unhealthy")
-            for p in wanted.values()
-            for d in p.made_unhealthy
-        )
-
-    # The faults come DEMO_FAULT_SECONDS after the nodes start.
-    wait_until(told_apart, DATA_TIMEOUT + 60, f"the demo's device faults told apart: {found}")
-    return found
+Scenario = Callable[[int, int, Path, Path], dict[str, Any]]
 
 
 def run_demo_until_data(
@@ -398,14 +205,18 @@ def run_demo_until_data(
     exercise: bool = False,
     program: Sequence[str] = (sys.executable, "-m", "devicedeck.cli"),
     cwd: Path = REPO,
-    crash: Callable[[int, int, Path], dict[str, Any]] | None = None,
+    crash: Scenario | None = None,
+    settings: Mapping[str, str] | None = None,
+    during: Scenario | None = None,
 ) -> Run:
-    """Start the demo, wait for nodes with devices and pods, exercise it and crash a part of
-    it if asked, Ctrl-C it, wait for the end."""
+    """Start the demo with these DEVICEDECK_ settings in its environment, wait for nodes with
+    devices and pods, exercise it, crash a part of it and run `during` if asked, Ctrl-C it,
+    wait for the end. Scenarios get the port, the demo's pid, its output and data dir."""
     port = free_port()
     command = [*program, "demo", "--port", str(port)]
     command += ["--data-dir", str(data_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
+    env |= settings or {}
     with (
         log.open("w") as out,
         subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env) as demo,
@@ -427,7 +238,8 @@ def run_demo_until_data(
             added_by = {e["node"]: e["actor"] for e in events}
             dashboard = dashboard_page(port)
             cluster = exercise_the_cluster(port, data_dir) if exercise else {}
-            crashed = crash(port, demo.pid, log) if crash is not None else {}
+            crashed = crash(port, demo.pid, log, data_dir) if crash is not None else {}
+            seen = during(port, demo.pid, log, data_dir) if during is not None else {}
             children = descendants(demo.pid)
             demo.send_signal(signal.SIGINT)
             code = demo.wait(timeout=STOP_TIMEOUT)
@@ -438,7 +250,20 @@ def run_demo_until_data(
                     os.kill(pid, signal.SIGKILL)
                 demo.kill()
                 demo.wait()
-    return Run(log.read_text(), code, nodes, children, dashboard, cluster, added_by, crashed)
+    log_format = (settings or {}).get("DEVICEDECK_LOG_FORMAT", "text")
+    problems = log_line_problems(data_dir / "logs", log_format)
+    return Run(
+        log.read_text(),
+        code,
+        nodes,
+        children,
+        dashboard,
+        cluster,
+        added_by,
+        crashed,
+        seen,
+        problems,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -451,13 +276,50 @@ def data_dir() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+# A user's own receiver, with credentials in its URL, beside the demo's.
+HOOK_PASSWORD = "h00k-pa55-7c1e"
+LINK_TEMPLATE = "https://grafana.example/d/gpu?var-uuid={device_id}"
+
+
 @pytest.fixture(scope="module")
-def first_run(data_dir: Path) -> Run:
+def own_receiver() -> Iterator[WebhookReceiver]:
+    with running(WebhookReceiver()) as receiver:
+        yield receiver
+
+
+def look_around(port: int, demo_pid: int, log: Path, data_dir: Path) -> dict[str, Any]:
+    """What the README points at besides the dashboard: every agent's /metrics at the port
+    printed, the service's per-device series, a device page's link out, and an outage told
+    by the webhook receiver."""
+    output = log.read_text()
+    agents = {node: metrics_text(url) for node, url in printed_agent_metrics(output).items()}
+    service = metrics_text(f"http://127.0.0.1:{port}/metrics")
+    device = get(port, "/api/v1/devices?limit=1")["results"][0]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/devices/{device['id']}") as page:
+        device_page = page.read().decode()
+    pid = agent_pid(demo_pid, OUTAGE_NODE)
+    assert pid is not None
+    outage = stop_an_agent_then_continue_it(port, pid, f"http://127.0.0.1:{port}", data_dir)
+    return {"agents": agents, "service": service, "device_page": device_page, "outage": outage}
+
+
+@pytest.fixture(scope="module")
+def first_run(data_dir: Path, own_receiver: WebhookReceiver) -> Run:
+    own_url = f"http://demo:{HOOK_PASSWORD}@127.0.0.1:{own_receiver.port}/hook"
     return run_demo_until_data(
         data_dir,
         data_dir.parent / "first.log",
         exercise=True,
         crash=kill_an_agent_and_see_it_come_back,
+        settings={
+            "DEVICEDECK_LOG_FORMAT": "json",
+            "DEVICEDECK_METRICS_PER_DEVICE": "true",
+            "DEVICEDECK_DEVICE_LINK_TEMPLATE": LINK_TEMPLATE,
+            "DEVICEDECK_WEBHOOK_URL": own_url,
+            # The demo's own: ignored, and it says so.
+            "DEVICEDECK_AUTH": "token",
+        },
+        during=look_around,
     )
 
 
@@ -471,9 +333,9 @@ def test_demo_shows_three_nodes_with_devices_and_pods_then_stops_on_sigint(
             # An unplugged device counts until the demo pulls it out.
             present = resources[plugin.resource]["devices"]
             assert present in (plugin.count, plugin.count - len(plugin.unplugged)), plugin
-    # An API server, a service, a DRA driver, three sim-nodes and three agents; all gone once
-    # the demo returned.
-    assert len(first_run.children) == 3 + 2 * len(TOPOLOGY)
+    # An API server, a webhook receiver, a service, a DRA driver, three sim-nodes and three
+    # agents; all gone once the demo returned.
+    assert len(first_run.children) == 4 + 2 * len(TOPOLOGY)
     assert still_running(first_run.children) == []
     assert "AUTHENTICATION IS OFF" in first_run.output
     assert "<html" in first_run.dashboard.lower()
@@ -550,6 +412,8 @@ def test_second_run_continues_with_the_same_data(first_run: Run, data_dir: Path)
     second = run_demo_until_data(data_dir, data_dir.parent / "second.log")
     assert second.exit_code == 0, second.output
     assert "(continuing)" in second.output
+    # Nothing asked for JSON this time: every line of every log is a text line.
+    assert second.log_problems == []
     for node in TOPOLOGY:
         # The same node rows: first seen during the first run.
         assert second.nodes[node.name]["first_seen"] == first_run.nodes[node.name]["first_seen"]
@@ -581,3 +445,40 @@ def test_ctrl_c_also_ends_a_process_waiting_to_start_again(first_run: Run, data_
     # Not started again, during the stop or after it.
     assert f"agent {node} started again" not in run.output
     assert agents_anywhere(node, data_dir) == []
+
+
+def test_the_service_takes_the_settings_of_the_environment(
+    first_run: Run, data_dir: Path, own_receiver: WebhookReceiver
+) -> None:
+    assert first_run.exit_code == 0, first_run.output
+    # Named at start, values never shown (a webhook URL may carry a password).
+    assert "DEVICEDECK_DEVICE_LINK_TEMPLATE" in first_run.output
+    assert "ignored, as the demo sets them itself: DEVICEDECK_AUTH" in first_run.output
+    seen = first_run.during
+    assert "devicedeck_device_healthy{" in seen["service"]
+    assert 'href="https://grafana.example/d/gpu?var-uuid=' in seen["device_page"]
+    # The user's receiver got the same alerts as the demo's, with its credentials.
+    mine = {(r.message["status"], r.alert["labels"]["alertname"]) for r in own_receiver.accepted()}
+    assert ("firing", "DevicedeckNodeStale") in mine
+    assert ("resolved", "DevicedeckNodeStale") in mine
+    assert own_receiver.accepted()[0].headers["Authorization"].startswith("Basic ")
+    for path in [*(data_dir / "logs").glob("*.log"), data_dir.parent / "first.log"]:
+        assert HOOK_PASSWORD not in path.read_text(), path
+
+
+def test_every_line_of_every_log_is_json_when_asked(first_run: Run) -> None:
+    assert first_run.log_problems == []
+
+
+def test_every_agent_serves_metrics_at_the_port_printed(first_run: Run) -> None:
+    agents = first_run.during["agents"]
+    assert set(agents) == {node.name for node in TOPOLOGY}
+    for text in agents.values():
+        assert "devicedeck_agent_snapshots_sent_total" in text
+
+
+def test_the_readme_outage_fires_then_resolves_the_stale_alert(first_run: Run) -> None:
+    """A stopped agent (pkill -STOP, as the README shows): the demo's receiver logs
+    DevicedeckNodeStale firing, then resolved once the agent goes on."""
+    outage = first_run.during["outage"]
+    assert outage == {"node": OUTAGE_NODE, "alerts": ["firing", "resolved"]}

@@ -3,6 +3,7 @@ the reusable agent token and the control-socket workload of the compose nodes.""
 
 from __future__ import annotations
 
+import io
 import shutil
 import socket
 import stat
@@ -17,11 +18,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.auth import authenticate, list_tokens
 from devicedeck.clock import utcnow
-from devicedeck.demo.runner import DemoError, DemoLayout, _check_port_free, _exclusive, url_host
+from devicedeck.demo.environment import (
+    STALE_AFTER_SECONDS,
+    base_env,
+    ignored_settings,
+    service_settings,
+)
+from devicedeck.demo.layout import DemoError, DemoLayout, check_port_free, exclusive
+from devicedeck.demo.runner import Demo, node_restart_delay
 from devicedeck.demo.tokens import ensure_token_file
 from devicedeck.demo.topology import TOPOLOGY, agent_args, root_fits, sim_node_args
 from devicedeck.demo.workload import RemoteWorkload
 from devicedeck.kubelet.paths import UNIX_SOCKET_PATH_MAX
+from devicedeck.sim.apiserver.server import url_host
 from devicedeck.sim.kubelet import SimKubelet
 from devicedeck.sim.kubelet.control import ControlUnavailable, call, control_socket_path
 from devicedeck.sim.node import PluginSpec as SimNodePlugin
@@ -74,10 +83,10 @@ def test_deep_data_dir_moves_kubelet_roots_to_a_short_stable_dir() -> None:
 
 def test_a_second_demo_on_the_same_data_dir_is_refused(short_dir: Path) -> None:
     lock = short_dir / ".demo.lock"
-    with _exclusive(lock), pytest.raises(DemoError, match="another demo is running"):  # noqa: SIM117
-        with _exclusive(lock):
+    with exclusive(lock), pytest.raises(DemoError, match="another demo is running"):  # noqa: SIM117
+        with exclusive(lock):
             pass
-    with _exclusive(lock):  # released when the first demo ends
+    with exclusive(lock):  # released when the first demo ends
         pass
 
 
@@ -87,7 +96,50 @@ def test_a_busy_port_is_reported_with_the_flag_to_change_it() -> None:
         busy.listen()
         port = busy.getsockname()[1]
         with pytest.raises(DemoError, match="--port"):
-            _check_port_free("127.0.0.1", port)
+            check_port_free("127.0.0.1", port)
+
+
+def test_the_service_gets_the_environments_settings_but_the_demos_own(short_dir: Path) -> None:
+    layout = DemoLayout.for_data_dir(short_dir / "data")
+    environ = {
+        "PATH": "/usr/bin",
+        "DEVICEDECK_STALE_AFTER": "30",
+        "DEVICEDECK_AUTH": "token",
+        "DEVICEDECK_DATABASE_URL": "postgresql://elsewhere/db",
+        "DEVICEDECK_WEBHOOK_URL": "https://hooks.example/a",
+        "DEVICEDECK_LOG_FORMAT": "json",
+    }
+    settings = service_settings(environ, layout, "http://127.0.0.1:9/")
+    assert settings["STALE_AFTER"] == "30"  # the demo's 10 gives way
+    assert (settings["AUTH"], settings["DATABASE_URL"]) == ("off", layout.database_url)
+    assert settings["KUBECONFIG"] == str(layout.kubeconfig)
+    assert settings["WEBHOOK_URL"] == "https://hooks.example/a,http://127.0.0.1:9/"
+    assert ignored_settings(environ) == ["DEVICEDECK_DATABASE_URL", "DEVICEDECK_AUTH"]
+    # The other processes get the log format only.
+    children = base_env(environ)
+    assert {k for k in children if k.startswith("DEVICEDECK_")} == {"DEVICEDECK_LOG_FORMAT"}
+    assert service_settings({}, layout, "http://127.0.0.1:9/")["STALE_AFTER"] == "10"
+
+
+def test_a_setting_the_service_would_refuse_stops_the_demo_before_it_starts(
+    short_dir: Path,
+) -> None:
+    out = io.StringIO()
+    environ = {"DEVICEDECK_WEBHOOK_URL": "https://user:pa55word-x@hooks.example/a, not a url"}
+    code = Demo("127.0.0.1", 0, short_dir / "data", out, environ).run()
+    assert code == 1
+    # The demo adds its own receiver to the list: a third entry.
+    assert "DEVICEDECK_WEBHOOK_URL" in out.getvalue() and "entry 2 of 3" in out.getvalue()
+    assert "pa55word" not in out.getvalue()
+    # Nothing was started or created: no database, no logs.
+    assert not (short_dir / "data" / "devicedeck.db").exists()
+    assert not (short_dir / "data" / "logs").exists()
+
+
+def test_a_dead_nodes_processes_wait_until_its_stale_alert_has_fired() -> None:
+    assert node_restart_delay(STALE_AFTER_SECONDS) == 30  # what the README says
+    # A DEVICEDECK_STALE_AFTER of the user's moves the wait with it.
+    assert node_restart_delay(60) - 60 == node_restart_delay(STALE_AFTER_SECONDS) - 10
 
 
 def test_url_host_for_wildcard_and_ipv6_addresses() -> None:

@@ -77,7 +77,7 @@ def test_manifest_deserialises_into_the_official_models_without_losing_fields(ob
 
 
 def test_every_object_carries_the_recommended_labels_and_namespace() -> None:
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
     for filename, obj in EVERYTHING:
         labels = obj["metadata"].get("labels", {})
         for label in REQUIRED_LABELS:
@@ -305,9 +305,10 @@ def grants_used_by_code() -> set[Grant]:
 
 
 def granted(role: Obj) -> set[Grant]:
+    """What a role allows, on every object or on named ones alike."""
     grants = set()
     for rule in role["rules"]:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        assert "nonResourceURLs" not in rule
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
@@ -339,6 +340,44 @@ def test_server_rbac_grants_exactly_what_app_kube_calls() -> None:
         "devicedeck-server",
         "devicedeck-server-leader-election",
     ]
+
+
+def named(role: Obj) -> dict[Grant, list[str] | None]:
+    """Each grant of a role -> the object names it is limited to (None: every object)."""
+    names: dict[Grant, list[str] | None] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    names[(group, resource, verb)] = rule.get("resourceNames")
+    return names
+
+
+def test_the_lease_role_reads_and_renews_one_lease_by_name() -> None:
+    """Create cannot be limited by name in Kubernetes RBAC (a create request names no
+    object); the rest can, and is. The name is the setting's default, which the Deployment
+    keeps."""
+    lease_name = Settings.model_fields["leader_lease_name"].default
+    role = named(find("Role", "devicedeck-server-leader-election"))
+    assert role == {
+        ("coordination.k8s.io", "leases", "get"): [lease_name],
+        ("coordination.k8s.io", "leases", "update"): [lease_name],
+        ("coordination.k8s.io", "leases", "create"): None,
+    }
+    (server,) = find("Deployment", "devicedeck")["spec"]["template"]["spec"]["containers"]
+    assert "DEVICEDECK_LEADER_LEASE_NAME" not in {e["name"] for e in server["env"]}
+    for _, obj in EVERYTHING:
+        if obj["kind"] == "ClusterRole":
+            assert all(names is None for names in named(obj).values()), obj["metadata"]
+
+
+def test_the_agent_has_a_priority_above_workloads_and_below_the_system() -> None:
+    pod = find("DaemonSet", "devicedeck-agent")["spec"]["template"]["spec"]
+    priority = find("PriorityClass", pod["priorityClassName"])
+    # Values above 1e9 are the system's; 0 is every pod's without a class.
+    assert 0 < priority["value"] <= 1_000_000_000
+    assert priority["globalDefault"] is False
+    assert priority["preemptionPolicy"] in ("PreemptLowerPriority", "Never")
 
 
 @pytest.mark.parametrize("role", ["devicedeck-server", "devicedeck-server-node-status"])

@@ -4,10 +4,9 @@ the dashboard query what exists, and docs/metrics.md lists exactly what the code
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devicedeck.agent.metrics import AgentMetrics
 from devicedeck.config import Settings
 from devicedeck.main import create_app
+from devicedeck.rule_file import RULE_FILE, NotARule, rule_file_text, spec_text
 
 from .helpers import REPO
 from .manifests import MONITORING, Obj, containers, find, pod_labels, selects
@@ -42,14 +42,6 @@ KNOWN_FIELDS = {
 METRIC_NAME = re.compile(r"\b(devicedeck_[a-z_]+|up)\b")
 
 
-def rule_file(directory: Path) -> Path:
-    """The PrometheusRule's spec as a plain Prometheus rule file, as promtool reads it."""
-    spec = yaml.safe_load(RULES.read_text())["spec"]
-    path = directory / "devicedeck.rules.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
 def alert_rules() -> list[Obj]:
     spec = yaml.safe_load(RULES.read_text())["spec"]
     return [rule for group in spec["groups"] for rule in group["rules"]]
@@ -58,15 +50,56 @@ def alert_rules() -> list[Obj]:
 # --- the alert rules -----------------------------------------------------------------------
 
 
-def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
-    output = run_promtool("check", "rules", rule_file(tmp_path).name, cwd=tmp_path)
+def test_the_rule_file_is_the_prometheus_rules_spec_with_its_comments() -> None:
+    assert RULE_FILE.read_text() == rule_file_text(RULES.read_text()), (
+        f"{RULE_FILE.relative_to(REPO)} differs from the PrometheusRule: run `make rules`"
+    )
+    spec = yaml.safe_load(RULES.read_text())["spec"]
+    assert yaml.safe_load(RULE_FILE.read_text()) == spec
+    assert "# Needs DEVICEDECK_METRICS_PER_DEVICE=true" in RULE_FILE.read_text()
+
+
+def test_the_rule_file_follows_whatever_the_prometheus_rule_holds() -> None:
+    """A group or a rule added to the PrometheusRule reaches the rule file with no change to
+    the generator."""
+    text = (
+        "apiVersion: monitoring.coreos.com/v1\n"
+        "kind: PrometheusRule\n"
+        "metadata:\n  name: x\n"
+        "spec:\n"
+        "  groups:\n"
+        "    - name: first\n"
+        "      rules:\n"
+        "        # why this rule\n"
+        "        - record: a:sum\n"
+        "          expr: |\n"
+        "            sum(a)\n"
+        "\n"
+        "    - name: added\n"
+        "      interval: 30s\n"
+        "      rules:\n"
+        "        - alert: Added\n"
+        "          expr: b > 1\n"
+        "# a closing remark\n"
+    )
+    plain = spec_text(text)
+    assert yaml.safe_load(plain) == yaml.safe_load(text)["spec"]
+    assert "# why this rule" in plain
+    with pytest.raises(NotARule):
+        spec_text("kind: PrometheusRule\n")
+    with pytest.raises(NotARule):
+        spec_text("spec:\n  groups: []\nstatus: {}\n")
+
+
+def test_promtool_accepts_the_rule_file_as_shipped() -> None:
+    output = run_promtool("check", "rules", str(RULE_FILE.relative_to(REPO)), cwd=REPO)
     assert f"SUCCESS: {len(alert_rules())} rules found" in output
 
 
-def test_every_alert_passes_its_unit_tests(tmp_path: Path) -> None:
-    rule_file(tmp_path)
-    shutil.copy(RULES_TEST, tmp_path / RULES_TEST.name)
-    run_promtool("test", "rules", RULES_TEST.name, cwd=tmp_path)
+def test_every_alert_passes_its_unit_tests_with_the_command_the_docs_give() -> None:
+    output = run_promtool("test", "rules", "deploy/monitoring/rules-test.yaml", cwd=REPO)
+    assert "SUCCESS" in output
+    assert "deploy/monitoring/rules-test.yaml" in METRICS_DOC.read_text()
 
 
 def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> None:

@@ -115,6 +115,18 @@ def test_wheel_carries_migrations_templates_and_static_files(installed: Installe
     }
 
 
+def test_the_wheel_carries_the_license_its_metadata_names(installed: Installed) -> None:
+    license_text = (REPO / "LICENSE").read_text()
+    assert license_text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in license_text
+    wheel = zipfile.ZipFile(installed.wheel)
+    info = next(n.split("/")[0] for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    metadata = wheel.read(f"{info}/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
+    assert "License-File: LICENSE" in metadata.splitlines()
+    assert wheel.read(f"{info}/licenses/LICENSE").decode() == license_text
+
+
 def test_installed_command_reports_its_version(installed: Installed) -> None:
     out = run([installed.devicedeck, "--version"], installed.elsewhere, installed.env())
     assert out.strip() == f"devicedeck {__version__}"

@@ -4,10 +4,11 @@ a fresh demo started with `make run` in a temporary directory laid out like a ch
 A fenced shell block is run when the line before its fence is `<!-- runnable: NAME -->`;
 CHECKS[NAME] holds what the text around the block says it produces. Every other shell block
 is listed in NOT_RUNNABLE with the reason, so a new block cannot go unnoticed. The one change
-made to a command: the demo's service and API server listen on ports the OS chose, so
-`127.0.0.1:8000` and `localhost:8000` become the service's address, and `127.0.0.1:PORT` (which
-the README asks the reader to replace) the API server's. A block that needs a tool this machine
-lacks (kubectl is not packaged everywhere) is skipped, saying so.
+made to a command: the demo's service listens on a port the OS chose, so `127.0.0.1:8000` and
+`localhost:8000` become the service's address. The simulated API server's address, which
+changes on every start, is read by the commands themselves from the file the demo writes. A
+block that needs a tool this machine lacks (kubectl is not packaged everywhere) is skipped,
+saying so.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from devicedeck.demo.runner import kubeconfig_server
+from devicedeck.demo.layout import kubeconfig_server
 from devicedeck.demo.topology import TOPOLOGY
 
 from .helpers import REPO, wait_for_dashboard, wait_until
@@ -39,7 +40,6 @@ SHELL_INFO = {"sh", "bash", "shell", "console"}
 MARKER = re.compile(r"^\s*<!--\s*runnable:\s*([\w-]+)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 SERVICE_ADDRESSES = ("127.0.0.1:8000", "localhost:8000")
-APISERVER_ADDRESS = "127.0.0.1:PORT"
 TOOLS = ("kubectl", "curl")
 
 STARTUP_TIMEOUT = 180.0
@@ -129,8 +129,6 @@ class Demo:
         command = block.text
         for address in SERVICE_ADDRESSES:
             command = command.replace(address, self.url.removeprefix("http://"))
-        if APISERVER_ADDRESS in command:
-            command = command.replace(APISERVER_ADDRESS, self.apiserver.removeprefix("http://"))
         result = subprocess.run(
             ["bash", "-e", "-o", "pipefail", "-c", command],
             cwd=self.workdir,
@@ -313,6 +311,10 @@ def check_advertise_by_hand(ran: Ran, demo: Demo) -> None:
     """README "The demo's cluster": the answer is the updated Node; the service lists the
     resource as advertised by hand at once, and allocatable follows when the kubelet next
     writes its status."""
+    # Sent to the API server the demo started, at the URL it wrote, not to the dashboard.
+    assert demo.apiserver.removeprefix("http://") not in ran.command
+    url_file = demo.workdir / "devicedeck-data" / "apiserver-url"
+    assert url_file.read_text().strip() == demo.apiserver
     node = json.loads(ran.stdout)
     assert node["kind"] == "Node" and node["metadata"]["name"] == "gpu-a"
     assert node["status"]["capacity"]["example.com/dongle"] == "4"

@@ -33,10 +33,8 @@ def test_finished_pod_page_marks_the_device_that_was_unhealthy_while_held(
         for lane in lanes
     ]
     assert sorted(colours) == [["st-healthy"], ["st-healthy", "st-unhealthy", "st-healthy"]]
-    rows = {
-        row.one("th").clean_text: row.clean_text
-        for row in holds.one("table", class_="table table-compact holds-table").find_all("tr")[1:]
-    }
+    table = holds.one("table", class_="table table-compact holds-table table-cards")
+    rows = {row.one("th").clean_text: row.clean_text for row in table.find_all("tr")[1:]}
     assert "Unhealthy while held" in rows["gpu-0"] and "Healthy throughout" in rows["gpu-1"]
     assert holds.find("a", href="/nodes/node-a") is not None
 
