@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.cluster_models import (
+from devicedeck.inventory.cluster.models import (
     DraClaim,
     DraClaimDevice,
     DraDevice,

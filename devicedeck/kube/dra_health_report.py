@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.cluster_models import DraDevice, DraHealthReport
+from devicedeck.inventory.cluster.models import DraDevice, DraHealthReport
 from devicedeck.inventory.errors import InvalidInput, Problem
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.fields import HEALTHY, UNHEALTHY, UNKNOWN

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from devicedeck.inventory.derived_health import NOT_OFFERED_NO_STATUS
+from devicedeck.inventory.write.derived_health import NOT_OFFERED_NO_STATUS
 from devicedeck.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")

@@ -7,10 +7,10 @@ from datetime import timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.clock import utcnow
-from devicedeck.inventory.attention import needs_attention
-from devicedeck.inventory.charts import resource_history
-from devicedeck.inventory.freshness import Freshness
-from devicedeck.inventory.overview import group_devices_by_resource_and_numa, natural_key
+from devicedeck.inventory.read.attention import needs_attention
+from devicedeck.inventory.read.charts import resource_history
+from devicedeck.inventory.read.freshness import Freshness
+from devicedeck.inventory.read.overview import group_devices_by_resource_and_numa, natural_key
 
 from .seed import Cluster, device, pod
 
