@@ -20,7 +20,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from devicedeck.inventory.events import EventLog
-from devicedeck.inventory.write.receipts import (
+from devicedeck.inventory.write.node_lock import (
     LOCK_TOUCH_OR_INSERT_NODE_SQL,
     LockedNode,
     plainly_locked_node,

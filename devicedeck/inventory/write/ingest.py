@@ -88,17 +88,16 @@ from devicedeck.inventory.write.driver_transaction import (
     ReadRows,
     apply_on_locked_node,
 )
+from devicedeck.inventory.write.node_lock import LockedNode, lock_node_seen
 from devicedeck.inventory.write.podresources_driver import apply_pod_resources
 from devicedeck.inventory.write.receipts import (
     PODRESOURCES_STREAM,
-    LockedNode,
     Order,
     ReceiptRecord,
     StreamReceipt,
     check_order,
     find_receipt,
     listandwatch_stream,
-    lock_node_seen,
     receipt_write,
     record_receipt,
     record_unchanged_snapshot,

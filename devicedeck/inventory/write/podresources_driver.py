@@ -38,9 +38,9 @@ from devicedeck.inventory.write.driver_transaction import (
     ReadRows,
     apply_on_locked_node,
 )
+from devicedeck.inventory.write.node_lock import LockedNode
 from devicedeck.inventory.write.receipts import (
     PODRESOURCES_STREAM,
-    LockedNode,
     Order,
     ReceiptRecord,
     check_order,
