@@ -102,6 +102,13 @@ def health_label(device: Any) -> str:
     return str(device.get("health"))
 
 
+def numa_label(numa_nodes: list[int]) -> str:
+    """A group of a node's devices named by the NUMA nodes its devices sit on."""
+    if not numa_nodes:
+        return "No NUMA affinity"
+    return "NUMA " + " + ".join(str(n) for n in numa_nodes)
+
+
 def number(value: Any) -> str:
     if value is None:
         return NOTHING
@@ -197,6 +204,7 @@ def build_environment() -> Environment:
         health_icon=health_icon,
         health_label=health_label,
         number=number,
+        numa_label=numa_label,
         event_label=event_label,
         event_tone=event_tone,
         iso_utc=iso_utc,

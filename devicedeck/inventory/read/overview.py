@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -128,26 +127,18 @@ def natural_key(text: str) -> list[Any]:
 _DIGITS = re.compile(r"(\d+)")
 
 
-def numa_label(numa_nodes: list[int]) -> str:
-    if not numa_nodes:
-        return "No NUMA affinity"
-    return "NUMA " + " + ".join(str(n) for n in numa_nodes)
-
-
-@dataclass(frozen=True)
-class _GroupKey:
-    order: tuple[int, ...]
-    label: str
+# Devices the plugin gave no topology sort after every numbered group.
+_NO_TOPOLOGY_LAST = (1 << 30,)
 
 
 def group_devices_by_resource_and_numa(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """[{resource, counts, groups: [{label, devices}], removed: [devices]}]; removed devices are
-    kept apart from the NUMA groups, in natural order.
+    """[{resource, counts, groups: [{numa_nodes, devices}], removed: [devices]}]; removed devices
+    are kept apart from the NUMA groups, in natural order.
 
-    A device on several NUMA nodes gets its own group ("NUMA 0 + 1"); devices the plugin gave
-    no topology go under "No NUMA affinity", after the numbered groups.
+    A device on several NUMA nodes gets its own group (numa_nodes [0, 1]); devices the plugin
+    gave no topology form the group with no NUMA nodes, after the numbered groups.
     """
-    by_resource: dict[str, dict[_GroupKey, list[dict[str, Any]]]] = defaultdict(
+    by_resource: dict[str, dict[tuple[int, ...], list[dict[str, Any]]]] = defaultdict(
         lambda: defaultdict(list)
     )
     counts: dict[str, dict[str, int]] = defaultdict(lambda: {**_zero(), "removed": 0})
@@ -158,9 +149,7 @@ def group_devices_by_resource_and_numa(devices: list[dict[str, Any]]) -> list[di
             tally["removed"] += 1
             removed[device["resource"]].append(device)
             continue
-        numa = list(device["numa_nodes"])
-        key = _GroupKey(tuple(numa) if numa else (1 << 30,), numa_label(numa))
-        by_resource[device["resource"]][key].append(device)
+        by_resource[device["resource"]][tuple(device["numa_nodes"])].append(device)
         tally["devices"] += 1
         tally[str(device["health"]).lower()] += 1
         if device["allocation"] is not None:
@@ -170,9 +159,9 @@ def group_devices_by_resource_and_numa(devices: list[dict[str, Any]]) -> list[di
     result = []
     for resource in sorted(set(by_resource) | set(removed)):
         groups: list[dict[str, Any]] = []
-        for key in sorted(by_resource[resource], key=lambda k: k.order):
-            members = sorted(by_resource[resource][key], key=lambda d: natural_key(d["device_id"]))
-            groups.append({"label": key.label, "devices": members})
+        for numa in sorted(by_resource[resource], key=lambda k: k or _NO_TOPOLOGY_LAST):
+            members = sorted(by_resource[resource][numa], key=lambda d: natural_key(d["device_id"]))
+            groups.append({"numa_nodes": list(numa), "devices": members})
         gone: list[dict[str, Any]] = removed[resource]
         gone.sort(key=lambda d: natural_key(d["device_id"]))
         result.append(
