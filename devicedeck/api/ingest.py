@@ -14,6 +14,7 @@ from devicedeck.api.models import NOT_JSON, ErrorOut
 from devicedeck.clock import utcnow
 from devicedeck.credentials.tokens import Principal, check_node
 from devicedeck.db import write_session
+from devicedeck.inventory.dra.health_reports import DraHealthSnapshot, apply_dra_health_report
 from devicedeck.inventory.errors import DomainError
 from devicedeck.inventory.schemas import (
     ListAndWatchPlace,
@@ -24,7 +25,6 @@ from devicedeck.inventory.schemas import (
 )
 from devicedeck.inventory.write.ingest import IngestResult
 from devicedeck.inventory.write.receipts import PODRESOURCES_STREAM, listandwatch_stream
-from devicedeck.kube.dra_health_report import DraHealthSnapshot, apply_dra_health_report
 from devicedeck.web.caller_first import CallerFirstRoute, Shortcut
 from devicedeck.web.db_sessions import SessionFactory
 from devicedeck.web.principal import Ingester, current_principal

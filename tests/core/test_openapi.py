@@ -18,11 +18,11 @@ from devicedeck.config import AuthMode, KubeMode, Settings
 from devicedeck.credentials.dashboard_sessions import SessionLimits, start_session
 from devicedeck.credentials.tokens import SCOPES, authenticate
 from devicedeck.db import write_session
+from devicedeck.inventory.dra.health_reports import SOURCE as STREAM_SOURCE
 from devicedeck.inventory.events import EVENT_KINDS
 from devicedeck.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED
 from devicedeck.inventory.read.node_status import DEVICE_PLUGIN, MANUAL
 from devicedeck.kube.dra_health import CLAIM_STATUS, POD_STATUS
-from devicedeck.kube.dra_health_report import SOURCE as STREAM_SOURCE
 from devicedeck.main import create_app
 
 from .conftest import Api

@@ -25,6 +25,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from devicedeck.inventory.cluster.models import DraDevice, DraHealthReport
+from devicedeck.inventory.dra.health import MESSAGE_LIMIT, DeviceKey, set_health
 from devicedeck.inventory.errors import InvalidInput, Problem
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.fields import HEALTHY, UNHEALTHY, UNKNOWN
@@ -37,7 +38,6 @@ from devicedeck.inventory.schemas import (
     _Input,
     check_node_name,
 )
-from devicedeck.kube.dra_health import MESSAGE_LIMIT, DeviceKey, set_health
 from devicedeck.kubelet import names
 
 SOURCE = "kubelet_dra_health"
