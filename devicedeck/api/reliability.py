@@ -20,12 +20,11 @@ from devicedeck.inventory.fields import NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
 from devicedeck.inventory.pages import DEFAULT_LIMIT, MAX_KEY, Page
 from devicedeck.inventory.reliability import (
     DEFAULT_SORT,
+    Ranking,
     ReliabilityFilters,
     Window,
     choose_window,
     device_figures,
-    rank_devices,
-    rank_groups,
 )
 from devicedeck.web.principal import Reader
 from devicedeck.web.sessions import QueryClock, ReadSession, SessionFactory
@@ -193,7 +192,7 @@ def devices(
     )
 
     def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
-        return rank_devices(session, filters, span, sort=sort, cursor=after, limit=size)
+        return Ranking(session, filters, span).devices(sort=sort, cursor=after, limit=size)
 
     return page_or_csv(
         request,
@@ -221,7 +220,7 @@ def _groups(
     format: str,
 ) -> dict[str, Any] | Response:
     def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
-        return rank_groups(session, filters, span, by, sort=sort, cursor=after, limit=size)
+        return Ranking(session, filters, span).groups(by, sort=sort, cursor=after, limit=size)
 
     return page_or_csv(
         request,

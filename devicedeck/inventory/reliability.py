@@ -12,7 +12,7 @@ Each spell is cut to the window, so a figure is exact for any window, not rounde
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -384,65 +384,50 @@ def _page(
     return Page(items=page, next_cursor=encode_cursor(sort, values), count=None)
 
 
-def rank_devices(
-    session: Session,
-    filters: ReliabilityFilters,
-    window: Window,
-    *,
-    sort: str = DEFAULT_SORT,
-    cursor: str | None = None,
-    limit: int = 50,
-) -> Page[dict[str, Any]]:
-    """The devices with a spell of Unhealthy or of removal in the window, worst first by
-    default (most failures). A device without one has no figure worth ranking."""
-    figure, descending = _check_sort(sort, DEVICE_SORTS)
-    devices = _troubled_devices(session, filters, window)
-    rows = [_device_row(d, window) for d in devices.values()]
-    page = _page(rows, sort, figure, descending, "id", cursor, limit)
-    page.count = len(rows)
-    return page
+class Ranking:
+    """The devices with a spell of Unhealthy or of removal in the window, read once, and
+    ranked by any figure: the devices themselves, or summed per node or per resource. A
+    device without a spell has no figure worth ranking and is not among them."""
 
+    def __init__(self, session: Session, filters: ReliabilityFilters, window: Window) -> None:
+        self.window = window
+        self.rows = [
+            _device_row(d, window) for d in _troubled_devices(session, filters, window).values()
+        ]
 
-GROUPINGS: dict[str, Callable[[_Device], str]] = {
-    "node": lambda d: d.node,
-    "resource": lambda d: d.resource,
-}
+    def devices(
+        self, *, sort: str = DEFAULT_SORT, cursor: str | None = None, limit: int = 50
+    ) -> Page[dict[str, Any]]:
+        """Worst first by default: most failures."""
+        figure, descending = _check_sort(sort, DEVICE_SORTS)
+        page = _page(list(self.rows), sort, figure, descending, "id", cursor, limit)
+        page.count = len(self.rows)
+        return page
 
-
-def rank_groups(
-    session: Session,
-    filters: ReliabilityFilters,
-    window: Window,
-    by: str,
-    *,
-    sort: str = DEFAULT_SORT,
-    cursor: str | None = None,
-    limit: int = 50,
-) -> Page[dict[str, Any]]:
-    """The devices' figures summed per node or per resource: `devices` is how many of its
-    devices had a spell in the window; `pods_hit` counts each pod once per group."""
-    figure, descending = _check_sort(sort, GROUP_SORTS)
-    group_of = GROUPINGS[by]
-    groups: dict[str, dict[str, Any]] = {}
-    hit: dict[str, set[str]] = defaultdict(set)
-    for device in _troubled_devices(session, filters, window).values():
-        row = _device_row(device, window)
-        name = group_of(device)
-        group = groups.setdefault(
-            name,
-            {by: name, "devices": 0, "failures": 0, "unhealthy_seconds": 0.0, "removals": 0},
-        )
-        group["devices"] += 1
-        group["failures"] += row["failures"]
-        group["removals"] += row["removals"]
-        group["unhealthy_seconds"] = round(group["unhealthy_seconds"] + row["unhealthy_seconds"], 3)
-        hit[name].update(row["pods_hit_names"])
-    rows = []
-    for name, group in groups.items():
-        rows.append({**group, "pods_hit": len(hit[name])})
-    page = _page(rows, sort, figure, descending, by, cursor, limit)
-    page.count = len(rows)
-    return page
+    def groups(
+        self, by: str, *, sort: str = DEFAULT_SORT, cursor: str | None = None, limit: int = 50
+    ) -> Page[dict[str, Any]]:
+        """Per node or per resource (`by`): `devices` is how many of its devices had a spell
+        in the window, the figures their sums; `pods_hit` counts each pod once per group."""
+        figure, descending = _check_sort(sort, GROUP_SORTS)
+        groups: dict[str, dict[str, Any]] = {}
+        hit: dict[str, set[str]] = defaultdict(set)
+        for row in self.rows:
+            name = row[by]
+            group = groups.setdefault(
+                name,
+                {by: name, "devices": 0, "failures": 0, "unhealthy_seconds": 0.0, "removals": 0},
+            )
+            group["devices"] += 1
+            group["failures"] += row["failures"]
+            group["removals"] += row["removals"]
+            total = group["unhealthy_seconds"] + row["unhealthy_seconds"]
+            group["unhealthy_seconds"] = round(total, 3)
+            hit[name].update(row["pods_hit_names"])
+        rows = [{**group, "pods_hit": len(hit[name])} for name, group in groups.items()]
+        page = _page(rows, sort, figure, descending, by, cursor, limit)
+        page.count = len(rows)
+        return page
 
 
 def device_figures(session: Session, device_pk: int, window: Window) -> dict[str, Any]:
