@@ -17,12 +17,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, or_, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Float,
+    and_,
+    case,
+    cast,
+    distinct,
+    extract,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.orm import Session
 
 from devicedeck.clock import iso
 from devicedeck.inventory.errors import InvalidInput, NotFound, Problem
-from devicedeck.inventory.models import Allocation, Device, DeviceIncident
+from devicedeck.inventory.models import Allocation, Device, DeviceIncident, UtcDateTime
 from devicedeck.inventory.pages import (
     MAX_KEY,
     Page,
@@ -245,12 +259,16 @@ def _device_conditions(filters: ReliabilityFilters) -> list[ColumnElement[bool]]
 
 
 def _troubled_devices(
-    session: Session, filters: ReliabilityFilters, window: Window, device_pk: int | None = None
+    session: Session,
+    filters: ReliabilityFilters,
+    window: Window,
+    device_pks: list[int] | None = None,
 ) -> dict[int, _Device]:
-    """The devices with a spell in the window, their spells and their holds in it."""
+    """The devices with a spell in the window (of `device_pks`, when given), their spells and
+    their holds in it."""
     conditions = _device_conditions(filters)
-    if device_pk is not None:
-        conditions.append(Device.id == device_pk)
+    if device_pks is not None:
+        conditions.append(Device.id.in_(device_pks))
     rows = session.execute(
         select(
             Device.id,
@@ -368,13 +386,8 @@ def _page(
 
     rows.sort(key=key)
     if cursor:
-        value, last = decode_cursor(cursor, sort, 2)
-        tie_type = int if tiebreak == "id" else str
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad_cursor("holds a key this API did not write")
-        if type(last) is not tie_type:
-            raise bad_cursor("holds a key this API did not write")
-        after: tuple[float, Any] = (sign * float(value), last)
+        value, last = _cursor_key(cursor, sort, int if tiebreak == "id" else str)
+        after: tuple[float, Any] = (sign * value, last)
         rows = [r for r in rows if key(r) > after]
     if len(rows) <= limit:
         return Page(items=rows, next_cursor=None, count=None)
@@ -384,25 +397,211 @@ def _page(
     return Page(items=page, next_cursor=encode_cursor(sort, values), count=None)
 
 
-class Ranking:
-    """The devices with a spell of Unhealthy or of removal in the window, read once, and
-    ranked by any figure: the devices themselves, or summed per node or per resource. A
-    device without a spell has no figure worth ranking and is not among them."""
+def _seconds(session: Session, start: Any, end: Any) -> ColumnElement[float]:
+    """end - start in seconds, as the database computes it."""
+    if session.get_bind().dialect.name == "postgresql":
+        return cast(extract("epoch", end - start), Float)
+    return cast((func.julianday(end) - func.julianday(start)) * 86400.0, Float)
+
+
+def _later(a: Any, b: Any) -> ColumnElement[datetime]:
+    return case((a > b, a), else_=b)
+
+
+class _Figures:
+    """The figures every device with a spell in the window has, computed by the database,
+    one row per device: what the ranking sorts and pages by. `pods_hit` and `pods_held`
+    need each device's holds and are read for a page's devices only."""
 
     def __init__(self, session: Session, filters: ReliabilityFilters, window: Window) -> None:
-        self.window = window
-        self.rows = [
-            _device_row(d, window) for d in _troubled_devices(session, filters, window).values()
+        i = DeviceIncident
+        since = literal(window.since, UtcDateTime())
+        until = literal(window.until, UtcDateTime())
+        ended = case((or_(i.ended.is_(None), i.ended > until), until), else_=i.ended)
+        unhealthy = i.kind == UNHEALTHY_SPELL
+        inside = i.started >= since
+        per_device = (
+            select(
+                i.device_pk.label("id"),
+                func.sum(case((and_(unhealthy, inside), 1), else_=0)).label("failures"),
+                func.sum(case((and_(i.kind == REMOVED_SPELL, inside), 1), else_=0)).label(
+                    "removals"
+                ),
+                func.sum(
+                    case((unhealthy, _seconds(session, _later(i.started, since), ended)), else_=0.0)
+                ).label("unhealthy_seconds"),
+            )
+            .where(*_overlapping(i, window))
+            .group_by(i.device_pk)
+            .subquery()
+        )
+        observed = _seconds(session, _later(Device.first_seen, since), until)
+        unhealthy_seconds = cast(per_device.c.unhealthy_seconds, Float)
+        self.rows = (
+            select(
+                per_device.c.id,
+                per_device.c.failures,
+                per_device.c.removals,
+                unhealthy_seconds.label("unhealthy_seconds"),
+                case((observed > 0, unhealthy_seconds / observed), else_=0.0).label(
+                    "unhealthy_share"
+                ),
+                case(
+                    (
+                        per_device.c.failures > 0,
+                        (observed - unhealthy_seconds) / per_device.c.failures,
+                    ),
+                    else_=_NO_MTBF,
+                ).label("mtbf_seconds"),
+                Device.node_name.label("node"),
+                Device.resource,
+            )
+            .join(Device, Device.id == per_device.c.id)
+            .where(*_device_conditions(filters))
+            .subquery()
+        )
+
+    def page(
+        self,
+        session: Session,
+        figure: str,
+        descending: bool,
+        sort: str,
+        cursor: str | None,
+        limit: int,
+    ) -> tuple[list[int], str | None, int]:
+        """The ids of one page of devices in the sort's order, the next page's cursor, and
+        how many devices follow the cursor (all of them on the first page)."""
+        check_limit(limit)
+        value = cast(self.rows.c[figure], Float)
+        rank = -value if descending else value
+        query = select(self.rows.c.id, value.label("value"), rank.label("rank")).subquery()
+        # Counted in the same pass as the sort: a second aggregation would cost as much again.
+        page = select(query.c.id, query.c.value, func.count().over().label("total"))
+        if cursor:
+            last_value, last_id = _cursor_key(cursor, sort, int)
+            start = -last_value if descending else last_value
+            page = page.where(
+                tuple_(query.c.rank, query.c.id)
+                > tuple_(literal(start, Float), literal(last_id, BigInteger))
+            )
+        rows = session.execute(page.order_by(query.c.rank, query.c.id).limit(limit + 1)).all()
+        total = rows[0].total if rows else 0
+        if len(rows) <= limit:
+            return [row.id for row in rows], None, total
+        last = rows[limit - 1]
+        next_cursor = encode_cursor(sort, [float(last.value), last.id])
+        return [row.id for row in rows[:limit]], next_cursor, total
+
+    def groups(self, session: Session, by: str, window: Window) -> list[dict[str, Any]]:
+        key = self.rows.c[by]
+        totals = session.execute(
+            select(
+                key.label("name"),
+                func.count().label("devices"),
+                func.sum(self.rows.c.failures).label("failures"),
+                func.sum(self.rows.c.removals).label("removals"),
+                func.sum(self.rows.c.unhealthy_seconds).label("unhealthy_seconds"),
+            ).group_by(key)
+        ).all()
+        hit = self._pods_hit(session, by, window)
+        return [
+            {
+                by: row.name,
+                "devices": row.devices,
+                "failures": int(row.failures),
+                "unhealthy_seconds": round(float(row.unhealthy_seconds), 3),
+                "removals": int(row.removals),
+                "pods_hit": hit.get(row.name, 0),
+            }
+            for row in totals
         ]
+
+    def _pods_hit(self, session: Session, by: str, window: Window) -> dict[str, int]:
+        """Distinct pods per group that held one of its devices while it was Unhealthy."""
+        i, a = DeviceIncident, Allocation
+        since = literal(window.since, UtcDateTime())
+        until = literal(window.until, UtcDateTime())
+        spell_end = case((or_(i.ended.is_(None), i.ended > until), until), else_=i.ended)
+        key = self.rows.c[by]
+        rows = session.execute(
+            select(key.label("name"), func.count(distinct(a.namespace + "/" + a.pod)))
+            .select_from(self.rows)
+            .join(i, i.device_pk == self.rows.c.id)
+            .join(a, a.device_pk == i.device_pk)
+            .where(
+                i.kind == UNHEALTHY_SPELL,
+                *_overlapping(i, window),
+                a.started < spell_end,
+                or_(a.ended.is_(None), a.ended > _later(i.started, since)),
+            )
+            .group_by(key)
+        ).all()
+        return {row[0]: int(row[1]) for row in rows}
+
+
+def _cursor_key(cursor: str, sort: str, tie_type: type) -> tuple[float, Any]:
+    value, last = decode_cursor(cursor, sort, 2)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad_cursor("holds a key this API did not write")
+    if type(last) is not tie_type:
+        raise bad_cursor("holds a key this API did not write")
+    if isinstance(last, int) and not -MAX_KEY <= last <= MAX_KEY:
+        raise bad_cursor("holds a key this API did not write")
+    return float(value), last
+
+
+# Sorts the database cannot order by without every failing device's holds, and the filter
+# that needs them: these rank in the service, from each failing device's spells and holds.
+_NEEDS_HOLDS = ("pods_hit", "pods_held")
+
+
+class Ranking:
+    """The devices with a spell of Unhealthy or of removal in the window, ranked by any
+    figure: the devices themselves, or summed per node or per resource. A device without a
+    spell has no figure worth ranking and is not among them.
+
+    Most figures are summed by the database, which sorts and pages them; a page's devices are
+    then read with their spells and holds. Sorting by pods hit or held, or filtering by
+    namespace, needs every failing device's holds, and is done here from all of them."""
+
+    def __init__(self, session: Session, filters: ReliabilityFilters, window: Window) -> None:
+        self.session = session
+        self.filters = filters
+        self.window = window
+        self._all: list[dict[str, Any]] | None = None
+        self._figures: _Figures | None = None
+
+    def _all_rows(self) -> list[dict[str, Any]]:
+        if self._all is None:
+            found = _troubled_devices(self.session, self.filters, self.window)
+            self._all = [_device_row(d, self.window) for d in found.values()]
+        return self._all
+
+    def _in_database(self) -> _Figures:
+        if self._figures is None:
+            self._figures = _Figures(self.session, self.filters, self.window)
+        return self._figures
 
     def devices(
         self, *, sort: str = DEFAULT_SORT, cursor: str | None = None, limit: int = 50
     ) -> Page[dict[str, Any]]:
         """Worst first by default: most failures."""
         figure, descending = _check_sort(sort, DEVICE_SORTS)
-        page = _page(list(self.rows), sort, figure, descending, "id", cursor, limit)
-        page.count = len(self.rows)
-        return page
+        if figure in _NEEDS_HOLDS or self.filters.namespace is not None:
+            rows = self._all_rows()
+            page = _page(list(rows), sort, figure, descending, "id", cursor, limit)
+            page.count = len(rows)
+            return page
+        figures = self._in_database()
+        ids, next_cursor, total = figures.page(
+            self.session, figure, descending, sort, cursor, limit
+        )
+        found = _troubled_devices(self.session, ReliabilityFilters(), self.window, ids)
+        items = [_device_row(found[pk], self.window) for pk in ids if pk in found]
+        # Past the first page, the count is of the devices from the cursor on.
+        count = total if cursor is None else None
+        return Page(items=items, next_cursor=next_cursor, count=count)
 
     def groups(
         self, by: str, *, sort: str = DEFAULT_SORT, cursor: str | None = None, limit: int = 50
@@ -410,24 +609,30 @@ class Ranking:
         """Per node or per resource (`by`): `devices` is how many of its devices had a spell
         in the window, the figures their sums; `pods_hit` counts each pod once per group."""
         figure, descending = _check_sort(sort, GROUP_SORTS)
-        groups: dict[str, dict[str, Any]] = {}
-        hit: dict[str, set[str]] = defaultdict(set)
-        for row in self.rows:
-            name = row[by]
-            group = groups.setdefault(
-                name,
-                {by: name, "devices": 0, "failures": 0, "unhealthy_seconds": 0.0, "removals": 0},
-            )
-            group["devices"] += 1
-            group["failures"] += row["failures"]
-            group["removals"] += row["removals"]
-            total = group["unhealthy_seconds"] + row["unhealthy_seconds"]
-            group["unhealthy_seconds"] = round(total, 3)
-            hit[name].update(row["pods_hit_names"])
-        rows = [{**group, "pods_hit": len(hit[name])} for name, group in groups.items()]
+        if self.filters.namespace is not None:
+            rows = _groups_of(self._all_rows(), by)
+        else:
+            rows = self._in_database().groups(self.session, by, self.window)
         page = _page(rows, sort, figure, descending, by, cursor, limit)
         page.count = len(rows)
         return page
+
+
+def _groups_of(device_rows: list[dict[str, Any]], by: str) -> list[dict[str, Any]]:
+    groups: dict[str, dict[str, Any]] = {}
+    hit: dict[str, set[str]] = defaultdict(set)
+    for row in device_rows:
+        name = row[by]
+        group = groups.setdefault(
+            name,
+            {by: name, "devices": 0, "failures": 0, "unhealthy_seconds": 0.0, "removals": 0},
+        )
+        group["devices"] += 1
+        group["failures"] += row["failures"]
+        group["removals"] += row["removals"]
+        group["unhealthy_seconds"] = round(group["unhealthy_seconds"] + row["unhealthy_seconds"], 3)
+        hit[name].update(row["pods_hit_names"])
+    return [{**group, "pods_hit": len(hit[name])} for name, group in groups.items()]
 
 
 def device_figures(session: Session, device_pk: int, window: Window) -> dict[str, Any]:
@@ -439,7 +644,8 @@ def device_figures(session: Session, device_pk: int, window: Window) -> dict[str
     ).one_or_none()
     if found is None:
         raise NotFound(f"no device {device_pk}")
-    device = _troubled_devices(session, ReliabilityFilters(), window, device_pk).get(device_pk)
+    found_spells = _troubled_devices(session, ReliabilityFilters(), window, [device_pk])
+    device = found_spells.get(device_pk)
     if device is None:
         device = _Device(
             found.id, found.node_name, found.resource, found.device_id, found.first_seen
