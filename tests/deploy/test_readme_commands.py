@@ -347,16 +347,15 @@ def check_ingest_by_hand(ran: Ran, demo: Demo) -> None:
 
 def check_costly_devices(ran: Ran, demo: Demo) -> None:
     """README "API overview": the devices that cost the most jobs this week, most pods hit
-    first, each with its figures and the pods' names; the by-hand snapshot's dongle-1 was
-    reported Unhealthy, so the ranking has at least that device."""
+    first, each with its figures and the pods' names. The demo's workload makes devices
+    fail from the start, so there is something to rank."""
     answer = json.loads(ran.stdout)
     results = answer["results"]
     assert results, answer
     hits = [r["pods_hit"] for r in results]
     assert hits == sorted(hits, reverse=True), hits
     assert all(len(r["pods_hit_names"]) == r["pods_hit"] for r in results), results
-    everything = demo.get("/api/v1/reliability/devices?window=7d&limit=1000")["results"]
-    assert "dongle-1" in [r["device_id"] for r in everything if r["node"] == "gpu-node-1"]
+    assert all(r["failures"] or r["removals"] for r in results), results
 
 
 def check_failing_nodes(ran: Ran, demo: Demo) -> None:
