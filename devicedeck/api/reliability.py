@@ -20,6 +20,7 @@ from devicedeck.inventory.fields import NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
 from devicedeck.inventory.pages import DEFAULT_LIMIT, MAX_KEY, Page
 from devicedeck.inventory.reliability import (
     DEFAULT_SORT,
+    LABEL_MAX,
     Ranking,
     ReliabilityFilters,
     Window,
@@ -125,6 +126,25 @@ class ReliabilityResourceOut(BaseModel):
     model_config = example({"resource": "nvidia.com/gpu", **GROUP_EXAMPLE})
 
     resource: str
+    devices: int
+    failures: int
+    unhealthy_seconds: float
+    removals: int
+    pods_hit: int
+
+
+class ReliabilityLabelOut(BaseModel):
+    """Per value of a node label (a GPU model, say): the figures of the nodes that carry it
+    summed; `value` is "" for nodes without the label."""
+
+    model_config = example(
+        {"label": "nvidia.com/gpu.product", "value": "NVIDIA-H100-80GB-HBM3", "nodes": 2}
+        | GROUP_EXAMPLE
+    )
+
+    label: str
+    value: str
+    nodes: int
     devices: int
     failures: int
     unhealthy_seconds: float
@@ -292,6 +312,52 @@ def resources(
     span = window_of(clock, window, since, until)
     return _groups(
         "resource", request, session, factory, span, filters, sort, cursor, limit, format
+    )
+
+
+@router.get(
+    "/labels",
+    operation_id="listReliabilityByLabel",
+    response_model=ListEnvelope[ReliabilityLabelOut],
+    responses=CSV,
+    summary="Per value of a node label (such as the GPU model): the nodes' figures summed",
+)
+def labels(
+    request: Request,
+    session: ReadSession,
+    factory: SessionFactory,
+    _: Reader,
+    clock: QueryClock,
+    label: Annotated[
+        str, Query(max_length=LABEL_MAX, description="a node label key: nvidia.com/gpu.product")
+    ],
+    window: WindowParam = None,
+    since: Since = None,
+    until: Until = None,
+    node_prefix: NodePrefix = None,
+    resource: Resource = None,
+    namespace: Namespace = None,
+    sort: Annotated[ReliabilityGroupSort, Query(description=SORT_HELP)] = DEFAULT_SORT,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+    format: FormatParam = "json",
+) -> dict[str, Any] | Response:
+    filters = ReliabilityFilters(node_prefix=node_prefix, resource=resource, namespace=namespace)
+    span = window_of(clock, window, since, until)
+
+    def fetch(session: Session, after: str | None, size: int) -> Page[dict[str, Any]]:
+        return Ranking(session, filters, span).by_label(label, sort=sort, cursor=after, limit=size)
+
+    return page_or_csv(
+        request,
+        session,
+        factory,
+        fetch,
+        format=format,
+        cursor=cursor,
+        limit=limit,
+        columns=("label", "value", "nodes", *GROUP_COLUMNS),
+        filename="reliability-labels.csv",
     )
 
 

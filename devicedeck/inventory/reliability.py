@@ -36,7 +36,13 @@ from sqlalchemy.orm import Session
 
 from devicedeck.clock import iso
 from devicedeck.inventory.errors import InvalidInput, NotFound, Problem
-from devicedeck.inventory.models import Allocation, Device, DeviceIncident, UtcDateTime
+from devicedeck.inventory.models import (
+    Allocation,
+    Device,
+    DeviceIncident,
+    Node,
+    UtcDateTime,
+)
 from devicedeck.inventory.pages import (
     MAX_KEY,
     Page,
@@ -609,13 +615,70 @@ class Ranking:
         """Per node or per resource (`by`): `devices` is how many of its devices had a spell
         in the window, the figures their sums; `pods_hit` counts each pod once per group."""
         figure, descending = _check_sort(sort, GROUP_SORTS)
-        if self.filters.namespace is not None:
-            rows = _groups_of(self._all_rows(), by)
-        else:
-            rows = self._in_database().groups(self.session, by, self.window)
+        rows = self._group_rows(by)
         page = _page(rows, sort, figure, descending, by, cursor, limit)
         page.count = len(rows)
         return page
+
+    def _group_rows(self, by: str) -> list[dict[str, Any]]:
+        if self.filters.namespace is not None:
+            return _groups_of(self._all_rows(), by)
+        return self._in_database().groups(self.session, by, self.window)
+
+    def by_label(
+        self, label: str, *, sort: str = DEFAULT_SORT, cursor: str | None = None, limit: int = 50
+    ) -> Page[dict[str, Any]]:
+        """Per value of a node label, such as the GPU model a feature-discovery tool publishes
+        (`nvidia.com/gpu.product`): the nodes' figures summed. `value` is "" for nodes without
+        the label. A pod runs on one node, so the nodes' pods hit add up without repeats."""
+        figure, descending = _check_sort(sort, GROUP_SORTS)
+        check_label(label)
+        per_node = self._group_rows("node")
+        labels = _node_labels(self.session, [row["node"] for row in per_node])
+        groups: dict[str, dict[str, Any]] = {}
+        for row in per_node:
+            value = str((labels.get(row["node"]) or {}).get(label) or "")
+            group = groups.setdefault(
+                value,
+                {"label": label, "value": value, "nodes": 0} | {name: 0 for name in GROUP_SORTS},
+            )
+            group["nodes"] += 1
+            for name in GROUP_SORTS:
+                group[name] += row[name]
+            group["unhealthy_seconds"] = round(group["unhealthy_seconds"], 3)
+        rows = list(groups.values())
+        page = _page(rows, sort, figure, descending, "value", cursor, limit)
+        page.count = len(rows)
+        return page
+
+
+# A label key: an optional DNS prefix (253) and '/', then a name (63).
+LABEL_MAX = 317
+
+
+def check_label(label: str) -> None:
+    if not label or len(label) > LABEL_MAX or any(ord(ch) < 33 for ch in label):
+        raise InvalidInput(
+            "label is not a node label key",
+            [
+                Problem(
+                    "label",
+                    "label_key",
+                    f"must be a label key such as nvidia.com/gpu.product, "
+                    f"1 to {LABEL_MAX} characters without spaces",
+                )
+            ],
+        )
+
+
+def _node_labels(session: Session, names: list[str]) -> dict[str, dict[str, Any] | None]:
+    found: dict[str, dict[str, Any] | None] = {}
+    for start in range(0, len(names), CHUNK):
+        rows = session.execute(
+            select(Node.name, Node.labels).where(Node.name.in_(names[start : start + CHUNK]))
+        )
+        found.update({row.name: row.labels for row in rows})
+    return found
 
 
 def _groups_of(device_rows: list[dict[str, Any]], by: str) -> list[dict[str, Any]]:

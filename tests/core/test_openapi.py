@@ -46,6 +46,7 @@ OPERATIONS = {
     ("GET", "/api/v1/reliability/devices/{id}"): "getDeviceReliability",
     ("GET", "/api/v1/reliability/nodes"): "listReliabilityNodes",
     ("GET", "/api/v1/reliability/resources"): "listReliabilityResources",
+    ("GET", "/api/v1/reliability/labels"): "listReliabilityByLabel",
     ("GET", "/api/v1/tokens"): "listTokens",
     ("POST", "/api/v1/tokens"): "createToken",
     ("DELETE", "/api/v1/tokens/{name}"): "revokeToken",

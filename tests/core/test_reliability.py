@@ -25,11 +25,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
+
+from devicedeck.db import write_session
+from devicedeck.inventory.models import Node
 
 from .conftest import GPU, NIC, Api, dev, held, listandwatch, pod, podresources
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 HOUR = 3600.0
+MODEL = "nvidia.com/gpu.product"
 
 
 def at(hours: float) -> datetime:
@@ -221,6 +227,41 @@ def test_per_node_and_per_resource(api: Api, history: dict[str, int]) -> None:
             "pods_hit": 2,
         }
     ]
+
+
+def test_per_node_label(
+    api: Api, history: dict[str, int], session_factory: sessionmaker[Session]
+) -> None:
+    """Grouped by the GPU model the nodes' labels name; a node without the label is "" ."""
+    with write_session(session_factory) as session:
+        session.execute(
+            update(Node).where(Node.name == "node-a").values(labels={MODEL: "H100", "x": "y"})
+        )
+    rows = api.all_pages("/api/v1/reliability/labels", **WHOLE, label=MODEL, limit=1)
+    assert rows == [
+        {
+            "label": MODEL,
+            "value": "H100",
+            "nodes": 1,
+            "devices": 3,
+            "failures": 3,
+            "unhealthy_seconds": 6 * HOUR,
+            "removals": 1,
+            "pods_hit": 2,
+        },
+        {
+            "label": MODEL,
+            "value": "",
+            "nodes": 1,
+            "devices": 1,
+            "failures": 1,
+            "unhealthy_seconds": 6 * HOUR,
+            "removals": 0,
+            "pods_hit": 0,
+        },
+    ]
+    answer = api.get("/api/v1/reliability/labels", 422, label="has space")
+    assert answer["error"]["details"][0]["field"] == "label"
 
 
 def test_csv_has_every_row(api: Api, history: dict[str, int]) -> None:
