@@ -23,6 +23,7 @@ same minutes compare.
 
     .venv/bin/python bench/reliability.py --nodes 625      # 40,000 devices, 80 nodes flapping
     .venv/bin/python bench/reliability.py --nodes 5000     # 320,000 devices
+    .venv/bin/python bench/reliability.py --nodes 5000 --reuse   # time the same data again
 """
 
 from __future__ import annotations
@@ -171,15 +172,21 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=25, help="timed requests per query")
     parser.add_argument("--concurrency", type=int, default=8, help="connections while filling")
     parser.add_argument("--database", default="devicedeck_reliability")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the fleet and history the last PostgreSQL run left in --database",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="devicedeck-reliability-"))
     port = free_port()
-    url = (
-        f"sqlite:///{workdir / 'bench.db'}"
-        if args.db == "sqlite"
-        else new_postgres_database(args.database)
-    )
+    if args.db == "sqlite":
+        url = f"sqlite:///{workdir / 'bench.db'}"
+    elif args.reuse:
+        url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{args.database}"
+    else:
+        url = new_postgres_database(args.database)
     # The fill takes minutes: nodes must not turn stale (and be swept) while it runs.
     os.environ["DEVICEDECK_STALE_AFTER"] = "86400"
     process, token = start_service(url, port, workdir)
@@ -193,12 +200,13 @@ def main() -> None:
         flush=True,
     )
     try:
-        started = time.perf_counter()
-        asyncio.run(fill(port, token, fleet, args.nodes, args.concurrency))
-        print(f"fill took {time.perf_counter() - started:.0f} s")
-        started = time.perf_counter()
-        asyncio.run(history(port, token, fleet, flappers, args.rounds, args.concurrency))
-        print(f"history took {time.perf_counter() - started:.0f} s")
+        if not args.reuse:
+            started = time.perf_counter()
+            asyncio.run(fill(port, token, fleet, args.nodes, args.concurrency))
+            print(f"fill took {time.perf_counter() - started:.0f} s")
+            started = time.perf_counter()
+            asyncio.run(history(port, token, fleet, flappers, args.rounds, args.concurrency))
+            print(f"history took {time.perf_counter() - started:.0f} s")
         if args.db == "postgresql":
             # Statistics and visibility maps, as autovacuum gives a service that has run a while.
             with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:

@@ -414,6 +414,9 @@ def _later(a: Any, b: Any) -> ColumnElement[datetime]:
     return case((a > b, a), else_=b)
 
 
+SPELL_SUMS = ("failures", "removals", "unhealthy_seconds")
+
+
 class _Figures:
     """The figures every device with a spell in the window has, computed by the database,
     one row per device: what the ranking sorts and pages by. `pods_hit` and `pods_held`
@@ -441,6 +444,9 @@ class _Figures:
             .group_by(i.device_pk)
             .subquery()
         )
+        # The spells' own sums, without the devices: enough to order by them when no filter
+        # names a device's node or resource (joining every failing device cost as much again).
+        self.spell_rows = per_device if not _device_conditions(filters) else None
         observed = _seconds(session, _later(Device.first_seen, since), until)
         unhealthy_seconds = cast(per_device.c.unhealthy_seconds, Float)
         self.rows = (
@@ -479,9 +485,12 @@ class _Figures:
         """The ids of one page of devices in the sort's order, the next page's cursor, and
         how many devices follow the cursor (all of them on the first page)."""
         check_limit(limit)
-        value = cast(self.rows.c[figure], Float)
+        ranked = self.rows
+        if self.spell_rows is not None and figure in SPELL_SUMS:
+            ranked = self.spell_rows
+        value = cast(ranked.c[figure], Float)
         rank = -value if descending else value
-        query = select(self.rows.c.id, value.label("value"), rank.label("rank")).subquery()
+        query = select(ranked.c.id, value.label("value"), rank.label("rank")).subquery()
         # Counted in the same pass as the sort: a second aggregation would cost as much again.
         page = select(query.c.id, query.c.value, func.count().over().label("total"))
         if cursor:
@@ -499,7 +508,10 @@ class _Figures:
         next_cursor = encode_cursor(sort, [float(last.value), last.id])
         return [row.id for row in rows[:limit]], next_cursor, total
 
-    def groups(self, session: Session, by: str, window: Window) -> list[dict[str, Any]]:
+    def groups(
+        self, session: Session, by: str, window: Window, *, pods_hit: bool = True
+    ) -> list[dict[str, Any]]:
+        """Per node or resource; `pods_hit` left 0 unless asked for (see `add_pods_hit`)."""
         key = self.rows.c[by]
         totals = session.execute(
             select(
@@ -510,7 +522,7 @@ class _Figures:
                 func.sum(self.rows.c.unhealthy_seconds).label("unhealthy_seconds"),
             ).group_by(key)
         ).all()
-        hit = self._pods_hit(session, by, window)
+        hit = self._pods_hit(session, by, window) if pods_hit else {}
         return [
             {
                 by: row.name,
@@ -523,7 +535,17 @@ class _Figures:
             for row in totals
         ]
 
-    def _pods_hit(self, session: Session, by: str, window: Window) -> dict[str, int]:
+    def add_pods_hit(
+        self, session: Session, by: str, window: Window, groups: list[dict[str, Any]]
+    ) -> None:
+        """Fill in `pods_hit` of these groups (a page of them) only."""
+        hit = self._pods_hit(session, by, window, [group[by] for group in groups])
+        for group in groups:
+            group["pods_hit"] = hit.get(group[by], 0)
+
+    def _pods_hit(
+        self, session: Session, by: str, window: Window, only: list[str] | None = None
+    ) -> dict[str, int]:
         """Distinct pods per group that held one of its devices while it was Unhealthy."""
         i, a = DeviceIncident, Allocation
         since = literal(window.since, UtcDateTime())
@@ -540,6 +562,7 @@ class _Figures:
                 *_overlapping(i, window),
                 a.started < spell_end,
                 or_(a.ended.is_(None), a.ended > _later(i.started, since)),
+                *([] if only is None else [key.in_(only)]),
             )
             .group_by(key)
         ).all()
@@ -615,15 +638,19 @@ class Ranking:
         """Per node or per resource (`by`): `devices` is how many of its devices had a spell
         in the window, the figures their sums; `pods_hit` counts each pod once per group."""
         figure, descending = _check_sort(sort, GROUP_SORTS)
-        rows = self._group_rows(by)
+        # Pods hit join spells to holds: for the page's groups only, unless sorted by it.
+        later = figure != "pods_hit" and self.filters.namespace is None
+        rows = self._group_rows(by, pods_hit=not later)
         page = _page(rows, sort, figure, descending, by, cursor, limit)
+        if later:
+            self._in_database().add_pods_hit(self.session, by, self.window, page.items)
         page.count = len(rows)
         return page
 
-    def _group_rows(self, by: str) -> list[dict[str, Any]]:
+    def _group_rows(self, by: str, *, pods_hit: bool = True) -> list[dict[str, Any]]:
         if self.filters.namespace is not None:
             return _groups_of(self._all_rows(), by)
-        return self._in_database().groups(self.session, by, self.window)
+        return self._in_database().groups(self.session, by, self.window, pods_hit=pods_hit)
 
     def by_label(
         self, label: str, *, sort: str = DEFAULT_SORT, cursor: str | None = None, limit: int = 50
