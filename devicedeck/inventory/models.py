@@ -284,6 +284,10 @@ class DeviceIncident(Base):
     kind: Mapped[str] = mapped_column(String(16))
     started: Mapped[datetime]
     ended: Mapped[datetime | None]
+    # The device's node and resource, from the event: the ranking filters and groups by them
+    # without reading the devices.
+    node: Mapped[str | None] = mapped_column(String(253))
+    resource: Mapped[str | None] = mapped_column(String(316))
 
 
 class ClaimAllocation(Base):

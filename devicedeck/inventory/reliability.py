@@ -253,6 +253,18 @@ def _overlapping(model: type[DeviceIncident] | type[Allocation], window: Window)
     ]
 
 
+def _spell_conditions(filters: ReliabilityFilters) -> list[ColumnElement[bool]]:
+    i = DeviceIncident
+    conditions: list[ColumnElement[bool]] = []
+    if filters.node is not None:
+        conditions.append(i.node == filters.node)
+    if filters.node_prefix:
+        conditions.append(i.node.startswith(filters.node_prefix, autoescape=True))
+    if filters.resource is not None:
+        conditions.append(i.resource == filters.resource)
+    return conditions
+
+
 def _device_conditions(filters: ReliabilityFilters) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = []
     if filters.node is not None:
@@ -432,29 +444,35 @@ class _Figures:
         per_device = (
             select(
                 i.device_pk.label("id"),
+                i.node,
+                i.resource,
                 func.sum(case((and_(unhealthy, inside), 1), else_=0)).label("failures"),
                 func.sum(case((and_(i.kind == REMOVED_SPELL, inside), 1), else_=0)).label(
                     "removals"
                 ),
-                func.sum(
-                    case((unhealthy, _seconds(session, _later(i.started, since), ended)), else_=0.0)
+                cast(
+                    func.sum(
+                        case(
+                            (unhealthy, _seconds(session, _later(i.started, since), ended)),
+                            else_=0.0,
+                        )
+                    ),
+                    Float,
                 ).label("unhealthy_seconds"),
             )
-            .where(*_overlapping(i, window))
-            .group_by(i.device_pk)
+            .where(*_overlapping(i, window), *_spell_conditions(filters))
+            # A device's node and resource never change: one group per device.
+            .group_by(i.device_pk, i.node, i.resource)
             .subquery()
         )
-        # The spells' own sums, without the devices: enough to order by them when no filter
-        # names a device's node or resource (joining every failing device cost as much again).
-        self.spell_rows = per_device if not _device_conditions(filters) else None
+        # The spells' own sums: enough to order and group by, with no device read.
+        self.spell_rows = per_device
         observed = _seconds(session, _later(Device.first_seen, since), until)
-        unhealthy_seconds = cast(per_device.c.unhealthy_seconds, Float)
+        unhealthy_seconds = per_device.c.unhealthy_seconds
+        # Share and MTBF need the time each device was known: its first sighting.
         self.rows = (
             select(
                 per_device.c.id,
-                per_device.c.failures,
-                per_device.c.removals,
-                unhealthy_seconds.label("unhealthy_seconds"),
                 case((observed > 0, unhealthy_seconds / observed), else_=0.0).label(
                     "unhealthy_share"
                 ),
@@ -465,11 +483,8 @@ class _Figures:
                     ),
                     else_=_NO_MTBF,
                 ).label("mtbf_seconds"),
-                Device.node_name.label("node"),
-                Device.resource,
             )
             .join(Device, Device.id == per_device.c.id)
-            .where(*_device_conditions(filters))
             .subquery()
         )
 
@@ -485,9 +500,7 @@ class _Figures:
         """The ids of one page of devices in the sort's order, the next page's cursor, and
         how many devices follow the cursor (all of them on the first page)."""
         check_limit(limit)
-        ranked = self.rows
-        if self.spell_rows is not None and figure in SPELL_SUMS:
-            ranked = self.spell_rows
+        ranked = self.spell_rows if figure in SPELL_SUMS else self.rows
         value = cast(ranked.c[figure], Float)
         rank = -value if descending else value
         query = select(ranked.c.id, value.label("value"), rank.label("rank")).subquery()
@@ -512,14 +525,14 @@ class _Figures:
         self, session: Session, by: str, window: Window, *, pods_hit: bool = True
     ) -> list[dict[str, Any]]:
         """Per node or resource; `pods_hit` left 0 unless asked for (see `add_pods_hit`)."""
-        key = self.rows.c[by]
+        key = self.spell_rows.c[by]
         totals = session.execute(
             select(
                 key.label("name"),
                 func.count().label("devices"),
-                func.sum(self.rows.c.failures).label("failures"),
-                func.sum(self.rows.c.removals).label("removals"),
-                func.sum(self.rows.c.unhealthy_seconds).label("unhealthy_seconds"),
+                func.sum(self.spell_rows.c.failures).label("failures"),
+                func.sum(self.spell_rows.c.removals).label("removals"),
+                func.sum(self.spell_rows.c.unhealthy_seconds).label("unhealthy_seconds"),
             ).group_by(key)
         ).all()
         hit = self._pods_hit(session, by, window) if pods_hit else {}
@@ -551,11 +564,11 @@ class _Figures:
         since = literal(window.since, UtcDateTime())
         until = literal(window.until, UtcDateTime())
         spell_end = case((or_(i.ended.is_(None), i.ended > until), until), else_=i.ended)
-        key = self.rows.c[by]
+        key = self.spell_rows.c[by]
         rows = session.execute(
             select(key.label("name"), func.count(distinct(a.namespace + "/" + a.pod)))
-            .select_from(self.rows)
-            .join(i, i.device_pk == self.rows.c.id)
+            .select_from(self.spell_rows)
+            .join(i, i.device_pk == self.spell_rows.c.id)
             .join(a, a.device_pk == i.device_pk)
             .where(
                 i.kind == UNHEALTHY_SPELL,

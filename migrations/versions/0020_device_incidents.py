@@ -27,7 +27,8 @@ KINDS = (*HEALTH_KINDS, "device_removed", "device_reappeared")
 
 def _open(kind: str, device: str, at: str) -> str:
     return (
-        f"INSERT INTO device_incidents (device_pk, kind, started) SELECT {device}, '{kind}', {at} "
+        "INSERT INTO device_incidents (device_pk, kind, started, node, resource) "
+        f"SELECT {device}, '{kind}', {at}, NEW.node, NEW.resource "
         f"WHERE NOT EXISTS (SELECT 1 FROM device_incidents WHERE device_pk = {device} "
         f"AND kind = '{kind}' AND ended IS NULL);"
     )
@@ -103,6 +104,8 @@ def _replay(bind: sa.Connection) -> None:
         sa.column("at"),
         sa.column("kind"),
         sa.column("device_pk"),
+        sa.column("node"),
+        sa.column("resource"),
         sa.column("after", sa.JSON()),
     )
     incidents = sa.table(
@@ -111,16 +114,25 @@ def _replay(bind: sa.Connection) -> None:
         sa.column("kind"),
         sa.column("started"),
         sa.column("ended"),
+        sa.column("node"),
+        sa.column("resource"),
     )
     rows = bind.execute(
-        sa.select(events.c.at, events.c.kind, events.c.device_pk, events.c.after)
+        sa.select(
+            events.c.at,
+            events.c.kind,
+            events.c.device_pk,
+            events.c.node,
+            events.c.resource,
+            events.c.after,
+        )
         .where(events.c.device_pk.is_not(None), events.c.kind.in_(KINDS))
         .order_by(events.c.device_pk, events.c.id)
         .execution_options(yield_per=5000)
     )
     spells: list[dict[str, object]] = []
     opened: dict[tuple[object, str], dict[str, object]] = {}
-    for at, kind, device_pk, after in rows:
+    for at, kind, device_pk, node, resource, after in rows:
         if kind in HEALTH_KINDS:
             health = (after or {}).get("health")
             spell = "unhealthy"
@@ -132,7 +144,14 @@ def _replay(bind: sa.Connection) -> None:
             starts = kind == "device_removed"
         key = (device_pk, spell)
         if starts and key not in opened:
-            opened[key] = {"device_pk": device_pk, "kind": spell, "started": at, "ended": None}
+            opened[key] = {
+                "device_pk": device_pk,
+                "kind": spell,
+                "started": at,
+                "ended": None,
+                "node": node,
+                "resource": resource,
+            }
             spells.append(opened[key])
         elif not starts and key in opened:
             opened.pop(key)["ended"] = at
@@ -151,6 +170,10 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(length=16), nullable=False),
         sa.Column("started", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended", sa.DateTime(timezone=True), nullable=True),
+        # The device's node and resource, copied from the event: the ranking filters and
+        # groups by them without reading the devices.
+        sa.Column("node", sa.String(length=253), nullable=True),
+        sa.Column("resource", sa.String(length=316), nullable=True),
         sa.ForeignKeyConstraint(
             ["device_pk"],
             ["devices.id"],
