@@ -87,5 +87,11 @@ def test_upgrade_replays_history_and_the_trigger_continues(
             ("unhealthy", at(3), at(6)),
             ("removed", at(4), at(5)),
         ]
+        with factory() as session:
+            nodes = session.scalars(
+                select(DeviceIncident.node).where(DeviceIncident.device_pk == pk)
+            ).all()
+        # Replayed and written by the trigger alike, each spell names its device's node.
+        assert nodes == ["node-a"] * 3
     finally:
         engine.dispose()
