@@ -10,7 +10,7 @@ from datetime import timedelta
 from fastapi import Depends, FastAPI
 
 from devicedeck import __version__
-from devicedeck.api import docs, ingest, inventory, kube, openapi, service, tokens
+from devicedeck.api import docs, ingest, inventory, kube, openapi, reliability, service, tokens
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode, KubeMode, Settings
 from devicedeck.credentials.tokens import ANONYMOUS_READER, TokenCache
@@ -141,11 +141,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ingest.router)
     app.include_router(service.router)
     app.include_router(inventory.router)
+    app.include_router(reliability.router)
     app.include_router(tokens.router)
     app.include_router(docs.router)
     kube.install(app)
     install_ui(app)
-    api_routers = [ingest.router, service.router, inventory.router, tokens.router, kube.router]
+    api_routers = [
+        ingest.router,
+        service.router,
+        inventory.router,
+        reliability.router,
+        tokens.router,
+        kube.router,
+    ]
     open_scopes = ANONYMOUS_READER.scopes if settings.auth is AuthMode.OFF else frozenset()
     openapi.install(app, api_routers, open_scopes)
     return app

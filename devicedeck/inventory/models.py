@@ -260,6 +260,36 @@ class Allocation(Base):
     ended: Mapped[datetime | None]
 
 
+class DeviceIncident(Base):
+    """A spell of a device reported Unhealthy (kind `unhealthy`) or removed (kind `removed`):
+    open while `ended` is None. Kept by a trigger on the change log (migration 0017), in the
+    transaction of the event that starts or ends it, whoever writes it."""
+
+    __tablename__ = "device_incidents"
+    __table_args__ = (
+        Index("ix_device_incidents_device_started", "device_pk", "started"),
+        Index("ix_device_incidents_started", "started"),
+        Index(
+            "ix_device_incidents_open",
+            "device_pk",
+            "kind",
+            unique=True,
+            postgresql_where=text("ended IS NULL"),
+            sqlite_where=text("ended IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    device_pk: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    started: Mapped[datetime]
+    ended: Mapped[datetime | None]
+    # The device's node and resource, from the event: the ranking filters and groups by them
+    # without reading the devices.
+    node: Mapped[str | None] = mapped_column(String(253))
+    resource: Mapped[str | None] = mapped_column(String(316))
+
+
 class ClaimAllocation(Base):
     """A DRA device held by a container through a ResourceClaim, as PodResources reports it."""
 

@@ -62,6 +62,7 @@ NAV_ITEMS = (
     ("nodes", "Nodes", "/nodes"),
     ("devices", "Devices", "/devices"),
     ("pods", "Pods", "/pods"),
+    ("reliability", "Reliability", "/reliability"),
     ("events", "Events", "/events"),
 )
 # htmx settings: no injected <style> (the CSP forbids inline styles), no eval, no history
@@ -152,7 +153,14 @@ def duration(start: str | None, end: str | None, now: datetime) -> str:
         return NOTHING
     begin = datetime.fromisoformat(start)
     finish = datetime.fromisoformat(end) if end else now
-    seconds = max(0, int((finish - begin).total_seconds()))
+    return length((finish - begin).total_seconds())
+
+
+def length(seconds: float | None) -> str:
+    """A span of time in words: seconds, minutes, hours and minutes, or days and hours."""
+    if seconds is None:
+        return NOTHING
+    seconds = max(0, int(seconds))
     if seconds < 60:
         return f"{seconds} s"
     minutes = seconds // 60
@@ -216,6 +224,7 @@ def build_environment() -> Environment:
         share=share,
         query_url=query_url,
         duration=duration,
+        length=length,
         htmx_config=HTMX_CONFIG,
         nav_items=NAV_ITEMS,
     )
