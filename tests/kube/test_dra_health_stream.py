@@ -191,6 +191,52 @@ def test_devices_no_slice_publishes_are_kept_and_named(
     assert page["health_history"][0]["node"] == "node-a"
 
 
+def test_an_unpublished_device_of_a_pool_published_for_another_node_is_refused(
+    fake_api: FakeApiServer,
+    start_app: StartApp,
+    auth: dict[str, str],
+    make_token: Callable[..., str],
+) -> None:
+    client = _started(fake_api, start_app, auth)
+    agent = _bearer(make_token("ingest", name="agent-a", node="node-a"))
+    body = _report([_entry("gpu-0", "HEALTHY"), _entry("gpu-9", "UNHEALTHY", pool="node-b")])
+    response = client.post(INGEST, json=body, headers=agent)
+    assert response.status_code == 422, response.text
+    (detail,) = response.json()["error"]["details"]
+    assert (detail["field"], detail["rule"]) == ("devices[1].device", "other_node")
+    assert "pool node-b" in detail["message"] and "node node-b" in detail["message"]
+    assert _device(client, auth, "gpu-0")["health"] is None
+    # Nothing was recorded of it: the service knows no such device.
+    unknown = client.get(f"/api/v1/dra/drivers/{DRIVER}/pools/node-b/devices/gpu-9", headers=auth)
+    assert unknown.status_code == 404
+
+
+def test_without_the_cluster_a_device_on_record_for_another_node_is_refused(
+    client: TestClient, auth: dict[str, str], make_token: Callable[..., str]
+) -> None:
+    """With DEVICEDECK_KUBE=off no slice publishes anything: what node-b's agent reported is
+    node-b's, and node-a's agent can change none of it, nor add to its pool."""
+    agent_b = _bearer(make_token("ingest", name="agent-b", node="node-b"))
+    agent_a = _bearer(make_token("ingest", name="agent-a", node="node-a"))
+    own = _report([_entry("gpu-3", "HEALTHY", pool="node-b")], node_name="node-b")
+    assert client.post(INGEST, json=own, headers=agent_b).status_code == 200
+    for name in ("gpu-3", "gpu-4"):
+        foreign = _report([_entry(name, "UNHEALTHY", pool="node-b")])
+        response = client.post(INGEST, json=foreign, headers=agent_a)
+        assert response.status_code == 422, response.text
+        (detail,) = response.json()["error"]["details"]
+        assert (detail["field"], detail["rule"]) == ("devices[0].device", "other_node")
+        assert "node-b" in detail["message"]
+    health = _device(client, auth, "gpu-3", pool="node-b")["health"]
+    assert (health["health"], health["reported_by"]) == ("Healthy", "node-b")
+    # node-a's own devices are its to report, and node-b's agent cannot change them.
+    mine = _report([_entry("gpu-0", "UNHEALTHY")])
+    assert client.post(INGEST, json=mine, headers=agent_a).status_code == 200
+    theirs = _report([_entry("gpu-0", "HEALTHY")], node_name="node-b")
+    assert client.post(INGEST, json=theirs, headers=agent_b).status_code == 422
+    assert _device(client, auth, "gpu-0")["health"]["health"] == "Unhealthy"
+
+
 BAD_ENTRIES = [
     (_entry("GPU_0", "HEALTHY"), "devices[0].device.deviceName", "dns1123_label"),
     (_entry("gpu-0", "HEALTHY", pool="Pool A"), "devices[0].device.poolName", "pool_name"),
