@@ -91,8 +91,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state.metrics.watch_cluster(lambda: _watch_states(state, settings), WATCH_STATES)
         if settings.auth is AuthMode.OFF:
             log.warning(
-                "AUTHENTICATION IS OFF: anyone who can reach this service can read and change "
-                "the inventory. DEVICEDECK_AUTH=off is meant for local demos only.",
+                "AUTHENTICATION IS OFF: anyone who can reach this service can read the whole "
+                "inventory without a token (changes still need one). DEVICEDECK_AUTH=off is "
+                "meant for local demos only.",
                 extra={"event": "auth_off"},
             )
         background = start_background_tasks(app)

@@ -109,6 +109,12 @@ class Source(_Input):
     )
     seq: int = Field(ge=0, le=MAX_SEQ)
 
+    @field_validator("boot_id")
+    @classmethod
+    def _printable_boot_id(cls, value: str) -> str:
+        _check(names.unprintable_problem(value), "printable")
+        return value
+
 
 class NUMANode(_Input):
     # proto3 JSON leaves zero values out, so NUMA node 0 arrives as {}.
