@@ -318,7 +318,9 @@ async def ingest_podresources(
 class DraHealthResponse(BaseModel):
     """What one DRA health report changed."""
 
-    model_config = example({"changed": True, "devices": 2, "health_changes": 1, "unpublished": []})
+    model_config = example(
+        {"changed": True, "devices": 2, "health_changes": 1, "unpublished": [], "late": []}
+    )
 
     changed: bool = Field(description="whether any device's reported state differs from before")
     devices: int
@@ -326,6 +328,10 @@ class DraHealthResponse(BaseModel):
     unpublished: list[str] = Field(
         description="pool/device of reported devices that no ResourceSlice of the driver "
         "publishes (yet); recorded all the same"
+    )
+    late: list[str] = Field(
+        description="pool/device of reported devices for which a report observed later (or "
+        "checked later by the driver) is stored already; nothing of them was changed"
     )
 
 
@@ -390,4 +396,5 @@ def ingest_dra_health(
         devices=result.devices,
         health_changes=result.health_changes,
         unpublished=result.unpublished,
+        late=result.late,
     )

@@ -12,6 +12,11 @@ unpublished in the answer: its slice may simply not have been watched in yet. It
 what is known ties it to another node: its pool is published for another node, or another
 node's agent reported it, or another device of its pool, first.
 
+A report observed before the one stored for a device, or whose driver checked the device
+before it did for the stored one, is late for that device: it changes nothing of it, and the
+answer names it. Agents send one report at a time, but a retry of an older report can still
+arrive after a newer one.
+
 Only a change of the stream's own value reaches the device's health, so a stream
 repeating itself does not undo a newer report from the pod or claim status; a device the
 stream stops naming keeps its last state (the kubelet's timeout for it is not modelled).
@@ -157,6 +162,8 @@ class DraHealthResult:
     health_changes: int = 0
     # pool/device of the devices no ResourceSlice of the driver publishes.
     unpublished: list[str] = field(default_factory=list)
+    # pool/device of the devices for which a newer report is stored; nothing of them changed.
+    late: list[str] = field(default_factory=list)
 
 
 def _chunks(keys: list[tuple[str, str]], size: int = 500) -> list[list[tuple[str, str]]]:
@@ -194,6 +201,15 @@ def _reports(
         ):
             found[(report.pool, report.device)] = report
     return found
+
+
+def _is_late(report: DraHealthReport, observed_at: datetime, checked_at: datetime | None) -> bool:
+    """Whether a device's entry in a report is older than what is stored for the device."""
+    if report.observed_at is not None and observed_at < report.observed_at:
+        return True
+    return (
+        checked_at is not None and report.checked_at is not None and checked_at < report.checked_at
+    )
 
 
 def _checked_at(seconds: int) -> datetime | None:
@@ -307,6 +323,9 @@ def apply_dra_health_report(
         if device.key not in published:
             result.unpublished.append(f"{pool}/{name}")
         report = reports.get(device.key)
+        if report is not None and _is_late(report, snapshot.observed_at, checked_at):
+            result.late.append(f"{pool}/{name}")
+            continue
         if report is None or report.health != health:
             set_health(
                 session,
@@ -331,10 +350,14 @@ def apply_dra_health_report(
             report.timeout_seconds,
             report.message,
         ) == state:
+            # The same state, observed again: later reports are measured against this one.
+            if report.observed_at is None or report.observed_at < snapshot.observed_at:
+                report.observed_at = snapshot.observed_at
             continue
         result.changed = True
         report.node, report.health, report.checked_at = state[0], state[1], state[2]
         report.timeout_seconds, report.message, report.received_at = state[3], state[4], now
+        report.observed_at = snapshot.observed_at
     result.health_changes = log.count("dra_health_changed")
     log.write(session)
     return result

@@ -94,7 +94,13 @@ def test_stream_reports_become_health_with_history(
     )
     first = client.post(INGEST, json=body, headers=agent)
     assert first.status_code == 200, first.text
-    assert first.json() == {"changed": True, "devices": 3, "health_changes": 3, "unpublished": []}
+    assert first.json() == {
+        "changed": True,
+        "devices": 3,
+        "health_changes": 3,
+        "unpublished": [],
+        "late": [],
+    }
 
     gpu1 = _device(client, auth, "gpu-1")
     assert gpu1["health"]["health"] == "Unhealthy"
@@ -235,6 +241,34 @@ def test_without_the_cluster_a_device_on_record_for_another_node_is_refused(
     theirs = _report([_entry("gpu-0", "HEALTHY")], node_name="node-b")
     assert client.post(INGEST, json=theirs, headers=agent_b).status_code == 422
     assert _device(client, auth, "gpu-0")["health"]["health"] == "Unhealthy"
+
+
+def test_a_report_older_than_the_stored_one_is_late_and_changes_nothing(
+    client: TestClient, auth: dict[str, str], make_token: Callable[..., str]
+) -> None:
+    agent = _bearer(make_token("ingest", name="agent-a", node="node-a"))
+
+    def post(observed_at: str, health: str, checked: str) -> Any:
+        body = _report([_entry("gpu-0", health, lastUpdatedTime=checked)])
+        body["observed_at"] = observed_at
+        response = client.post(INGEST, json=body, headers=agent)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    assert post("2026-12-03T12:00:00Z", "UNHEALTHY", "1764763200")["late"] == []
+    events = client.get("/api/v1/events", headers=auth).json()["results"]
+    # A retry of an earlier report, sent after the newer one.
+    late = post("2026-12-03T11:59:00Z", "HEALTHY", "1764763100")
+    assert (late["late"], late["changed"], late["health_changes"]) == (["node-a/gpu-0"], False, 0)
+    # Observed later, but the driver's check of the device is older than the stored one's.
+    late = post("2026-12-03T12:01:00Z", "HEALTHY", "1764763100")
+    assert late["late"] == ["node-a/gpu-0"]
+    device = _device(client, auth, "gpu-0")
+    assert device["health"]["health"] == "Unhealthy"
+    assert client.get("/api/v1/events", headers=auth).json()["results"] == events
+    # A newer report is applied as ever.
+    assert post("2026-12-03T12:02:00Z", "HEALTHY", "1764763300")["health_changes"] == 1
+    assert _device(client, auth, "gpu-0")["health"]["health"] == "Healthy"
 
 
 BAD_ENTRIES = [
