@@ -104,6 +104,7 @@ class IngestResponse(BaseModel):
         {
             "changed": True,
             "duplicate": False,
+            "late": False,
             "added": 2,
             "removed": 0,
             "reappeared": 0,
@@ -116,6 +117,10 @@ class IngestResponse(BaseModel):
 
     changed: bool
     duplicate: bool
+    late: bool = Field(
+        description="the snapshot comes from a boot of its sender that began before the one "
+        "whose snapshots the stream applies now; nothing of it was applied"
+    )
     added: int
     removed: int
     reappeared: int
@@ -252,7 +257,15 @@ async def _ingest(
         metrics.ingest_total.labels(kind, "refused").inc()
         raise
     metrics.ingest_seconds.labels(kind).observe(time.perf_counter() - started)
-    outcome = "duplicate" if result.duplicate else "changed" if result.changed else "unchanged"
+    outcome = (
+        "duplicate"
+        if result.duplicate
+        else "late"
+        if result.late
+        else "changed"
+        if result.changed
+        else "unchanged"
+    )
     metrics.ingest_total.labels(kind, outcome).inc()
     return _ingest_response(result)
 

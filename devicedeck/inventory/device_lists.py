@@ -24,7 +24,12 @@ from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY, numa_nodes_of
 from devicedeck.inventory.models import Device, IngestReceipt, Node, PluginRegistration, table_of
 from devicedeck.inventory.node_limits import check_device_total
-from devicedeck.inventory.receipts import RECEIPT_COLUMNS, StreamReceipt, listandwatch_stream
+from devicedeck.inventory.receipts import (
+    RECEIPT_COLUMNS,
+    StreamReceipt,
+    listandwatch_stream,
+    receipt_of,
+)
 from devicedeck.inventory.schemas import ListAndWatchSnapshot
 
 
@@ -123,7 +128,7 @@ def stream_of_rows(
     )
     if receipt is None or receipt[0] is None:
         return None, devices
-    return StreamReceipt(*receipt), devices
+    return receipt_of(receipt), devices
 
 
 def present_elsewhere_of_rows(rows: Sequence[Sequence[Any]]) -> int:

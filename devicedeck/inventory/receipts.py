@@ -220,6 +220,8 @@ def lock_node_seen(
 class Order(StrEnum):
     APPLY = "apply"
     REPEAT = "repeat"
+    # From a boot that began before the one the stream last applied: changes nothing.
+    LATE = "late"
 
 
 def check_order(
@@ -228,9 +230,18 @@ def check_order(
     """Where a snapshot stands against the last one applied for its stream.
 
     Raises StaleSnapshot for an older seq of the same boot, ConflictingRepeat for a seq seen
-    before with other content.
+    before with other content. Another boot's snapshot is late when both boots' starts are
+    known and it began before the stream's; otherwise it starts a new sequence.
     """
-    if receipt is None or receipt.boot_id != source.boot_id:
+    if receipt is None:
+        return Order.APPLY
+    if receipt.boot_id != source.boot_id:
+        if (
+            source.boot_started_at is not None
+            and receipt.boot_started_at is not None
+            and source.boot_started_at < receipt.boot_started_at
+        ):
+            return Order.LATE
         return Order.APPLY
     if source.seq > receipt.seq:
         return Order.APPLY
@@ -270,6 +281,7 @@ class StreamReceipt:
     seq: int
     payload_hash: str
     content_hash: str | None
+    boot_started_at: datetime | None = None
 
 
 # What StreamReceipt holds, in its order.
@@ -279,7 +291,18 @@ RECEIPT_COLUMNS = (
     _receipts.c.seq,
     _receipts.c.payload_hash,
     _receipts.c.content_hash,
+    _receipts.c.boot_started_at,
 )
+
+
+def receipt_of(columns: Sequence[Any]) -> StreamReceipt:
+    """A receipt from RECEIPT_COLUMNS' values, as any read returns them."""
+    receipt_id, boot_id, seq, payload_hash, content_hash, boot_started_at = columns
+    return StreamReceipt(
+        receipt_id, boot_id, seq, payload_hash, content_hash, in_utc(boot_started_at)
+    )
+
+
 _FIND_RECEIPT = select(*RECEIPT_COLUMNS).where(
     _receipts.c.node_id == bindparam("node_id"), _receipts.c.stream == bindparam("stream")
 )
@@ -290,6 +313,7 @@ _RECEIPT_FIELDS = {
     "content_hash": bindparam("to_hash"),
     "observed_at": bindparam("observed", type_=_receipts.c.observed_at.type),
     "received_at": bindparam("now", type_=_receipts.c.received_at.type),
+    "boot_started_at": bindparam("boot_started", type_=_receipts.c.boot_started_at.type),
 }
 _UPDATE_RECEIPT = (
     update(_receipts).where(_receipts.c.id == bindparam("receipt_id")).values(_RECEIPT_FIELDS)
@@ -307,12 +331,16 @@ _INSERT_RECEIPT_SQL = (
     f"INSERT INTO {_receipts.name} (node_id, stream, {', '.join(_RECEIPT_FIELDS)}) "
     f"VALUES (:for_node, :for_stream, {', '.join(f':{b.key}' for b in _RECEIPT_FIELDS.values())})"
 )
-_RECEIPT_TIMES = (_RECEIPT_FIELDS["observed_at"], _RECEIPT_FIELDS["received_at"])
+_RECEIPT_TIMES = (
+    _RECEIPT_FIELDS["observed_at"],
+    _RECEIPT_FIELDS["received_at"],
+    _RECEIPT_FIELDS["boot_started_at"],
+)
 
 
 def find_receipt(session: Session, node_id: int, stream: str) -> StreamReceipt | None:
     row = session.execute(_FIND_RECEIPT, {"node_id": node_id, "stream": stream}).first()
-    return None if row is None else StreamReceipt(*row)
+    return None if row is None else receipt_of(row)
 
 
 class ReceiptRecord(NamedTuple):
@@ -332,6 +360,7 @@ class ReceiptRecord(NamedTuple):
             "to_hash": self.content_hash,
             "observed": self.observed_at,
             "now": self.now,
+            "boot_started": self.source.boot_started_at,
         }
 
 
