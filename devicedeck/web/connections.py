@@ -62,6 +62,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._header_deadline: asyncio.TimerHandle | None = None
         self._counted: str | None = None
+        # Whether a request has begun whose headers are not complete yet.
+        self._in_headers = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -88,9 +90,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._in_headers = True
         self._arm_header_deadline()
 
     def on_headers_complete(self) -> None:
+        self._in_headers = False
         self._disarm_header_deadline()
         super().on_headers_complete()
 
@@ -107,6 +111,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _headers_too_slow(self) -> None:
         self._header_deadline = None
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        # A connection that never began a request is closed without an answer, as an idle
+        # one is: a client could take an answer there for one to a request it sends next.
+        if self._in_headers:
             self.transport.write(HEADERS_TOO_SLOW)
-            self.transport.close()
+        self.transport.close()

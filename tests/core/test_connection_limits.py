@@ -66,6 +66,9 @@ def test_headers_that_never_finish_are_answered_408_and_closed(
         received = answer_and_close(sock)
     assert received.startswith(b"HTTP/1.1 408 "), received
     assert b"connection: close" in received.lower()
+    # A connection that never begins a request is closed, with nothing said.
+    with connect(port) as idle:
+        assert answer_and_close(idle) == b""
     # A request whose headers arrive in time is answered as ever.
     assert httpx.get(f"http://127.0.0.1:{port}/livez", timeout=PATIENCE).status_code == 200
 

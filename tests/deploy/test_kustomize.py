@@ -143,6 +143,8 @@ def test_behind_the_tls_ingress_cookies_are_secure(tmp_path: Path) -> None:
     rendered = kustomize(overlay(tmp_path, [COMPONENTS / "ingress-tls"]))
     env = server_env(rendered)
     assert env["DEVICEDECK_SECURE_COOKIES"] == "true"
+    # All its requests come from the controller's few addresses.
+    assert int(env["DEVICEDECK_MAX_CONNECTIONS_PER_CLIENT"]) > 1000
     assert env["DEVICEDECK_AUTH"] == "token"  # the base's settings are kept
 
 
