@@ -39,6 +39,14 @@ def register(subparsers: Any) -> None:
         "and X-Forwarded-For are believed, or '*' for any (uvicorn's option; default: the "
         "FORWARDED_ALLOW_IPS environment variable, else 127.0.0.1 and ::1)",
     )
+    serve.add_argument(
+        "--ssl-certfile",
+        metavar="PATH",
+        help="serve HTTPS with this PEM certificate (its chain after it); needs --ssl-keyfile",
+    )
+    serve.add_argument(
+        "--ssl-keyfile", metavar="PATH", help="the PEM private key of --ssl-certfile"
+    )
     serve.set_defaults(func=run_serve)
 
     migrate = subparsers.add_parser("migrate", help="upgrade the database schema to the latest")
@@ -77,12 +85,17 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from devicedeck.logs import configure_logging
     from devicedeck.migrate import upgrade_to_head
+    from devicedeck.web.connections import GuardedHttpProtocol
 
     settings = load_settings()
     configure_logging(settings.log_format, settings.log_level, settings.secret_values())
+    if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
+        print("error: --ssl-certfile and --ssl-keyfile go together", file=sys.stderr)
+        return 2
     if not args.no_migrate:
         upgrade_to_head(settings.database_url)
-    url = f"http://{args.host}:{args.port}/"
+    scheme = "https" if args.ssl_certfile else "http"
+    url = f"{scheme}://{args.host}:{args.port}/"
     # Logged, not printed: with DEVICEDECK_LOG_FORMAT=json every line of output is JSON.
     logging.getLogger(__name__).info(
         f"Devicedeck is serving on {url}", extra={"event": "serving", "url": url}
@@ -102,6 +115,9 @@ def run_serve(args: argparse.Namespace) -> int:
             access_log=False,
             # worker_app applies X-Forwarded-* itself, after noting the connection's address.
             proxy_headers=False,
+            http=GuardedHttpProtocol,
+            ssl_certfile=args.ssl_certfile,
+            ssl_keyfile=args.ssl_keyfile,
         )
         return 0
     uvicorn.run(
@@ -111,6 +127,9 @@ def run_serve(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         proxy_headers=False,
+        http=GuardedHttpProtocol,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
     )
     return 0
 
@@ -119,10 +138,12 @@ def worker_app() -> Any:
     """The app one serving process runs, built from the environment's settings."""
     from devicedeck.logs import configure_logging
     from devicedeck.main import create_app
+    from devicedeck.web.connections import GuardedHttpProtocol
     from devicedeck.web.proxy import behind_proxies
 
     settings = load_settings()
     configure_logging(settings.log_format, settings.log_level, settings.secret_values())
+    GuardedHttpProtocol.configure(settings.header_read_timeout, settings.max_connections_per_client)
     app = behind_proxies(
         create_app(settings), os.environ.get(FORWARDED_ALLOW_IPS, DEFAULT_FORWARDED_ALLOW_IPS)
     )

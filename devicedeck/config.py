@@ -108,8 +108,40 @@ class Settings(BaseSettings):
     body_read_timeout: float = Field(
         default=30.0, gt=0, description="seconds a request's whole body may take to arrive"
     )
+    header_read_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="seconds a request's headers may take to arrive; a slower connection is "
+        "answered 408 and closed",
+    )
+    max_connections_per_client: int = Field(
+        default=256,
+        ge=0,
+        description="connections one client address may hold open to one serving process; "
+        "more are answered 429 and closed; 0: no cap",
+    )
+    form_read_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="seconds a dashboard form's whole body may take to arrive; anyone may "
+        "post the sign-in form, so this is kept short",
+    )
     max_concurrent_requests: int = Field(
-        default=100, gt=0, description="requests one process answers at once; more get 503"
+        default=100,
+        gt=0,
+        description="reads and API writes other than ingest one process answers at once; "
+        "more get 503",
+    )
+    max_concurrent_ingest: int = Field(
+        default=100,
+        gt=0,
+        description="agents' snapshots one process takes in at once; more get 503",
+    )
+    max_concurrent_forms: int = Field(
+        default=20,
+        gt=0,
+        description="dashboard form posts (sign-in included) one process answers at once; "
+        "more get 503",
     )
     log_format: LogFormat = Field(default=LogFormat.TEXT)
     log_level: LogLevel = Field(default=LogLevel.INFO)

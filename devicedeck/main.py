@@ -37,6 +37,7 @@ from devicedeck.web.errors import install_error_handlers
 from devicedeck.web.limits import (
     BodyLimitMiddleware,
     ConcurrencyLimitMiddleware,
+    RequestClass,
     reject_nul_parameters,
 )
 from devicedeck.web.observe import RequestObserver
@@ -90,8 +91,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state.metrics.watch_cluster(lambda: _watch_states(state, settings), WATCH_STATES)
         if settings.auth is AuthMode.OFF:
             log.warning(
-                "AUTHENTICATION IS OFF: anyone who can reach this service can read and change "
-                "the inventory. DEVICEDECK_AUTH=off is meant for local demos only.",
+                "AUTHENTICATION IS OFF: anyone who can reach this service can read the whole "
+                "inventory without a token (changes still need one). DEVICEDECK_AUTH=off is "
+                "meant for local demos only.",
                 extra={"event": "auth_off"},
             )
         background = start_background_tasks(app)
@@ -131,10 +133,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # every limit applied.
     app.add_middleware(EarlyAnswers)
     app.add_middleware(
-        BodyLimitMiddleware, limit=settings.body_limit, read_timeout=settings.body_read_timeout
+        BodyLimitMiddleware,
+        limit=settings.body_limit,
+        read_timeout=settings.body_read_timeout,
+        form_read_timeout=settings.form_read_timeout,
     )
     app.add_middleware(CompressionMiddleware)
-    app.add_middleware(ConcurrencyLimitMiddleware, limit=settings.max_concurrent_requests)
+    app.add_middleware(
+        ConcurrencyLimitMiddleware,
+        limits={
+            RequestClass.INGEST: settings.max_concurrent_ingest,
+            RequestClass.FORMS: settings.max_concurrent_forms,
+            RequestClass.REQUESTS: settings.max_concurrent_requests,
+        },
+    )
     app.add_middleware(RequestObserver, metrics=state.metrics, access=settings.access_log)
     # Routes are matched in order, and ingest is what agents on every node call, every few
     # seconds.

@@ -59,6 +59,9 @@ class AgentConfig:
     # Stream DRA drivers' health (DRAResourceHealth) from their sockets under this directory;
     # None: off.
     dra_plugins_dir: Path | None = None
+    # The CA certificates an https:// server's certificate is checked against; None: the
+    # system's.
+    ca_file: Path | None = None
 
 
 class Agent:
@@ -67,7 +70,7 @@ class Agent:
         self.metrics = AgentMetrics()
         self.identity = SourceIdentity(read_kernel_boot_id(), time.time())
         self.tokens = TokenSource(config.token_file, config.token)
-        self.client = IngestClient(config.server, self.tokens)
+        self.client = IngestClient(config.server, self.tokens, ca_file=config.ca_file)
         self.paths = KubeletPaths(config.kubelet_root)
         # Sources stop feeding the heartbeat when their data is this old (seconds).
         self._freshness = 3 * config.interval + 5

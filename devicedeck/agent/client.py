@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import enum
 import logging
+import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -71,6 +73,16 @@ def _error_text(response: httpx.Response) -> str:
     return str(body)[:200]
 
 
+def trusting(ca_file: Path | None) -> ssl.SSLContext | bool:
+    """What an https:// service's certificate is checked against: the CA certificates in
+    `ca_file` (PEM), else the HTTP client's own bundle (True). Hostname and chain are always
+    checked. A file that cannot be read or holds no certificate raises OSError (ssl.SSLError
+    is one)."""
+    if ca_file is None:
+        return True
+    return ssl.create_default_context(cafile=str(ca_file))
+
+
 class IngestClient:
     def __init__(
         self,
@@ -79,6 +91,7 @@ class IngestClient:
         *,
         timeout: float = REQUEST_TIMEOUT_SECONDS,
         transport: httpx.BaseTransport | None = None,
+        ca_file: Path | None = None,
     ) -> None:
         self.server = server
         self._tokens = tokens
@@ -88,6 +101,7 @@ class IngestClient:
             headers={"User-Agent": f"devicedeck-agent/{__version__}"},
             follow_redirects=False,
             transport=transport,
+            verify=trusting(ca_file),
         )
 
     def close(self) -> None:

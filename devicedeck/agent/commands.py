@@ -1,7 +1,7 @@
 """`devicedeck agent`: run the node agent until SIGTERM or SIGINT.
 
-    devicedeck agent --node NAME --server URL --token-file PATH --kubelet-root DIR \\
-        [--tap RESOURCE[=SOCKET] ...] [--dra-health [--dra-plugins-dir DIR]] \\
+    devicedeck agent --node NAME --server URL [--ca-file PEM] --token-file PATH \\
+        --kubelet-root DIR [--tap RESOURCE[=SOCKET] ...] [--dra-health [--dra-plugins-dir DIR]] \\
         [--interval SECONDS] [--metrics-port PORT]
 
 The token comes from --token-file (re-read whenever the file changes) or DEVICEDECK_TOKEN;
@@ -30,7 +30,18 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--node", help="this node's name (default: $NODE_NAME)")
-    parser.add_argument("--server", required=True, help="service URL, e.g. http://devicedeck:8000")
+    parser.add_argument(
+        "--server",
+        required=True,
+        help="service URL, e.g. http://devicedeck:8000 or https://devicedeck:8443",
+    )
+    parser.add_argument(
+        "--ca-file",
+        type=Path,
+        metavar="PATH",
+        help="PEM file of the CA certificates an https:// --server's certificate is checked "
+        "against (default: the system's)",
+    )
     parser.add_argument(
         "--token-file",
         type=Path,
@@ -118,6 +129,8 @@ def _config_problem(args: argparse.Namespace) -> str | None:
     if url.scheme not in ("http", "https") or not url.netloc:
         # Not repeated: a URL may carry credentials.
         return "--server: must be an http:// or https:// URL"
+    if args.ca_file is not None and url.scheme != "https":
+        return "--ca-file: only with an https:// --server"
     if args.interval < 1:
         return "--interval: must be at least 1 second"
     for name in ("heartbeat", "max_backoff", "auth_retry"):
@@ -175,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         dra_plugins_dir=(args.dra_plugins_dir or plugins_dir(args.kubelet_root))
         if args.dra_health
         else None,
+        ca_file=args.ca_file,
     )
     with stop_on_signals() as stop:
         try:

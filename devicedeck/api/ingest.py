@@ -104,6 +104,7 @@ class IngestResponse(BaseModel):
         {
             "changed": True,
             "duplicate": False,
+            "late": False,
             "added": 2,
             "removed": 0,
             "reappeared": 0,
@@ -116,6 +117,10 @@ class IngestResponse(BaseModel):
 
     changed: bool
     duplicate: bool
+    late: bool = Field(
+        description="the snapshot comes from a boot of its sender that began before the one "
+        "whose snapshots the stream applies now; nothing of it was applied"
+    )
     added: int
     removed: int
     reappeared: int
@@ -252,7 +257,15 @@ async def _ingest(
         metrics.ingest_total.labels(kind, "refused").inc()
         raise
     metrics.ingest_seconds.labels(kind).observe(time.perf_counter() - started)
-    outcome = "duplicate" if result.duplicate else "changed" if result.changed else "unchanged"
+    outcome = (
+        "duplicate"
+        if result.duplicate
+        else "late"
+        if result.late
+        else "changed"
+        if result.changed
+        else "unchanged"
+    )
     metrics.ingest_total.labels(kind, outcome).inc()
     return _ingest_response(result)
 
@@ -318,7 +331,9 @@ async def ingest_podresources(
 class DraHealthResponse(BaseModel):
     """What one DRA health report changed."""
 
-    model_config = example({"changed": True, "devices": 2, "health_changes": 1, "unpublished": []})
+    model_config = example(
+        {"changed": True, "devices": 2, "health_changes": 1, "unpublished": [], "late": []}
+    )
 
     changed: bool = Field(description="whether any device's reported state differs from before")
     devices: int
@@ -326,6 +341,10 @@ class DraHealthResponse(BaseModel):
     unpublished: list[str] = Field(
         description="pool/device of reported devices that no ResourceSlice of the driver "
         "publishes (yet); recorded all the same"
+    )
+    late: list[str] = Field(
+        description="pool/device of reported devices for which a report observed later (or "
+        "checked later by the driver) is stored already; nothing of them was changed"
     )
 
 
@@ -390,4 +409,5 @@ def ingest_dra_health(
         devices=result.devices,
         health_changes=result.health_changes,
         unpublished=result.unpublished,
+        late=result.late,
     )

@@ -368,6 +368,9 @@ class IngestReceipt(Base):
     content_hash: Mapped[str | None] = mapped_column(String(64))
     received_at: Mapped[datetime]
     observed_at: Mapped[datetime | None]
+    # When the sending agent's boot began, as it says; orders the stream's boots. None: not
+    # sent (an older agent), and then any other boot follows this one.
+    boot_started_at: Mapped[datetime | None]
 
 
 class ApiToken(Base):

@@ -108,6 +108,17 @@ class Source(_Input):
         validation_alias=AliasChoices("boot_id", "bootId")
     )
     seq: int = Field(ge=0, le=MAX_SEQ)
+    # When the sender's boot began: a snapshot of a boot that began before the one the stream
+    # last applied is late. Optional, for agents that do not send it.
+    boot_started_at: ObservedAt | None = Field(
+        default=None, validation_alias=AliasChoices("boot_started_at", "bootStartedAt")
+    )
+
+    @field_validator("boot_id")
+    @classmethod
+    def _printable_boot_id(cls, value: str) -> str:
+        _check(names.unprintable_problem(value), "printable")
+        return value
 
 
 class NUMANode(_Input):

@@ -114,7 +114,8 @@ class ServiceAccountReviewer:
         if not status.get("authenticated"):
             reason = status.get("error") or "not authenticated"
             raise ReviewRefused(401, f"the token is unknown, revoked or expired: {reason}")
-        if AUDIENCE not in (status.get("audiences") or [AUDIENCE]):
+        # No audiences means the API server's own (Kubernetes says so), never this service's.
+        if AUDIENCE not in (status.get("audiences") or []):
             raise ReviewRefused(401, f"the token is not for the audience {AUDIENCE!r}")
         user = status.get("user") or {}
         username = str(user.get("username") or "")

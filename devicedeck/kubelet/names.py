@@ -97,8 +97,20 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+def unprintable_problem(value: str) -> str | None:
+    """Control, format (bidi overrides, zero-width marks) and separator characters other than
+    the space: in a name they hide or reorder what a reader of a page or a log sees."""
+    if value.isprintable():
+        return None
+    found = next(ch for ch in value if not ch.isprintable())
+    return (
+        "must not contain control, format or line separator characters "
+        f"(line breaks, bidi controls, zero-width marks); found U+{ord(found):04X}"
+    )
+
+
 def device_id_problem(value: str) -> str | None:
-    # Printable text has no NUL, line break or lone surrogate: the usual ID needs no more.
+    # Printable text has no NUL, line break, bidi control or lone surrogate.
     if 0 < len(value) <= DEVICE_ID_MAX and value.isprintable():
         return None
     if not value:
@@ -108,9 +120,7 @@ def device_id_problem(value: str) -> str | None:
         return problem
     if len(value) > DEVICE_ID_MAX:
         return f"must be at most {DEVICE_ID_MAX} characters"
-    if any(ch in value for ch in "\x00\r\n"):
-        return "must not contain NUL or line breaks"
-    return None
+    return unprintable_problem(value)
 
 
 def pod_name_problem(value: str) -> str | None:

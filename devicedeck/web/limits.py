@@ -1,10 +1,17 @@
 """Limits on every request, enforced before a route reads anything: how many at once, the
 body's size and how long it may take to arrive, and no NUL character in a query or path
-parameter."""
+parameter.
+
+Requests come in classes, each limited apart, so that traffic of one kind cannot take the
+places of another: agents' snapshots (ingest), the dashboard's forms (which anyone may post,
+signing in included, so their bodies arrive before anything is known of the caller), and the
+rest (reads and the API's other writes)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from enum import StrEnum
 
 import anyio
 from fastapi import Request
@@ -68,6 +75,27 @@ METHODS_WITHOUT_BODY = ("GET", "HEAD", "OPTIONS")
 CLOSE = [(b"connection", b"close")]
 
 
+INGEST_PREFIX = "/api/v1/ingest/"
+API_PREFIX = "/api/"
+
+
+class RequestClass(StrEnum):
+    INGEST = "ingest"
+    FORMS = "forms"
+    REQUESTS = "requests"
+
+
+def request_class(scope: Scope) -> RequestClass:
+    """Which class's limits a request counts against: its path and method say, before any of
+    it is read."""
+    path: str = scope["path"]
+    if path.startswith(INGEST_PREFIX):
+        return RequestClass.INGEST
+    if scope["method"] not in METHODS_WITHOUT_BODY and not path.startswith(API_PREFIX):
+        return RequestClass.FORMS
+    return RequestClass.REQUESTS
+
+
 class _TooLarge(Exception):
     pass
 
@@ -91,7 +119,8 @@ def _has_body(scope: Scope) -> bool:
 
 class BodyLimitMiddleware:
     """Answers 413 for a body over the limit, whether it declares its length or streams it, and
-    408 for a body that has not all arrived within the read timeout.
+    408 for a body that has not all arrived within the read timeout: a form's body, which may
+    come from anyone, has a shorter one than the API's, whose callers are checked first.
 
     Nothing is read until the app asks for the body, so a route can refuse a caller without
     reading it (devicedeck/web/caller_first.py). Then the whole body is read into memory up to the
@@ -101,10 +130,13 @@ class BodyLimitMiddleware:
     closes the connection, since the rest of the body would still be on it.
     """
 
-    def __init__(self, app: ASGIApp, limit: int, read_timeout: float) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int, read_timeout: float, form_read_timeout: float
+    ) -> None:
         self.app = app
         self.limit = limit
         self.read_timeout = read_timeout
+        self.form_read_timeout = form_read_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in METHODS_WITHOUT_BODY:
@@ -116,17 +148,22 @@ class BodyLimitMiddleware:
             return
         unread = _has_body(scope)
         answered = False
+        read_timeout = (
+            self.form_read_timeout
+            if request_class(scope) is RequestClass.FORMS
+            else self.read_timeout
+        )
 
         async def read_whole_body() -> Message:
             nonlocal unread, answered
             if not unread:
                 return await receive()
             try:
-                with anyio.fail_after(self.read_timeout):
+                with anyio.fail_after(read_timeout):
                     body = await self._read(receive)
             except TimeoutError:
                 answered = True
-                await self._timed_out(send)
+                await self._timed_out(send, read_timeout)
                 raise BodyNotRead(408) from None
             except _TooLarge:
                 answered = True
@@ -179,8 +216,8 @@ class BodyLimitMiddleware:
             CLOSE,
         )
 
-    async def _timed_out(self, send: Send) -> None:
-        seconds = f"{self.read_timeout:g}"
+    async def _timed_out(self, send: Send, read_timeout: float) -> None:
+        seconds = f"{read_timeout:g}"
         await send_error(
             send,
             408,
@@ -211,28 +248,32 @@ def _is_event_stream(message: Message) -> bool:
 
 
 class ConcurrencyLimitMiddleware:
-    """At most `limit` requests in this process at once; one more is answered 503 with
-    Retry-After at once, not queued, so an overloaded service sheds work instead of piling it up.
+    """At most so many requests of each class in this process at once; one more is answered
+    503 with Retry-After at once, not queued, so an overloaded service sheds work instead of
+    piling it up.
 
     A request holds its place until its answer is sent in full. An event stream gives its place
     back as soon as it starts: it may stay open for hours and costs little while it waits.
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limits: Mapping[RequestClass, int]) -> None:
         self.app = app
-        self.limit = limit
-        self.in_flight = 0
+        self.limits = dict(limits)
+        self.in_flight = dict.fromkeys(RequestClass, 0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS:
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.limit:
+        kind = request_class(scope)
+        limit = self.limits[kind]
+        if self.in_flight[kind] >= limit:
+            what = "" if kind is RequestClass.REQUESTS else f"{kind.value} "
             await send_error(
                 send,
                 503,
                 "overloaded",
-                f"the service is answering its limit of {self.limit} requests at once; "
+                f"the service is answering its limit of {limit} {what}requests at once; "
                 "nothing was changed, try again",
                 headers=[
                     (b"retry-after", b"1"),
@@ -242,14 +283,14 @@ class ConcurrencyLimitMiddleware:
             return
         # One event loop runs this: no other request can change the count between the check
         # above and here.
-        self.in_flight += 1
+        self.in_flight[kind] += 1
         holding = True
 
         def give_back() -> None:
             nonlocal holding
             if holding:
                 holding = False
-                self.in_flight -= 1
+                self.in_flight[kind] -= 1
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and _is_event_stream(message):

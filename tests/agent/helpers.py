@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -134,9 +135,22 @@ class PortTaken(Exception):
 class Service:
     """`devicedeck serve` on a fixed port, restartable on the same port and database."""
 
-    def __init__(self, database_url: str, log_dir: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        log_dir: Path,
+        port: int | None = None,
+        *,
+        serve_args: Sequence[str] = (),
+        verify: ssl.SSLContext | None = None,
+    ) -> None:
+        """`serve_args` are added to `devicedeck serve`; with `verify` (what the service's
+        certificate is checked against) it serves HTTPS."""
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.scheme = "https" if verify is not None else "http"
+        self.verify: ssl.SSLContext | bool = verify if verify is not None else True
+        self.serve_args = list(serve_args)
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.env = base_env(DEVICEDECK_DATABASE_URL=database_url, DEVICEDECK_AUTH="token")
         self._log_dir = log_dir
         self._process: Process | None = None
@@ -151,13 +165,21 @@ class Service:
                 self._port_may_change = False
                 return
             self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
+            self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         raise AssertionError(f"every port picked was taken:\n{self.output()}")
 
     def _start_once(self) -> bool:
         """True once the service serves; False if its port, still free to change, was taken."""
         self.starts += 1
-        argv = [DEVICEDECK, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        argv = [
+            DEVICEDECK,
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *self.serve_args,
+        ]
         if self.starts > 1:
             argv.append("--no-migrate")  # migrated by the first start
         self._process = Process(f"service-{self.starts}", argv, self._log_dir, self.env)
@@ -184,7 +206,8 @@ class Service:
         if not listens_on(self._process.pid, self.port):
             return False
         try:
-            return httpx.get(f"{self.url}/livez", timeout=1).status_code == 200
+            livez = httpx.get(f"{self.url}/livez", timeout=1, verify=self.verify)
+            return livez.status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -343,9 +366,9 @@ def counts(api: Api, node: str) -> tuple[int, int]:
 class Api:
     """Reads the service's JSON API with a read token."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, verify: ssl.SSLContext | bool = True) -> None:
         self._http = httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=5
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=5, verify=verify
         )
 
     def close(self) -> None:

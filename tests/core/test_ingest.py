@@ -270,6 +270,58 @@ def test_new_boot_id_starts_a_new_sequence(api: Api) -> None:
     )
 
 
+def booted(body: dict[str, Any], boot: str, started_at: str) -> dict[str, Any]:
+    body["source"] = {**body["source"], "boot_id": boot, "boot_started_at": started_at}
+    return body
+
+
+def test_a_snapshot_of_an_older_boot_after_a_newer_boots_is_late_and_changes_nothing(
+    api: Api, db_rows: Callable[..., dict]
+) -> None:
+    old, new = ("boot-old", "2026-12-01T10:00:00Z"), ("boot-new", "2026-12-01T11:00:00Z")
+    api.ingest_listandwatch(booted(listandwatch("node-a", [dev("gpu-0")], 50), *old))
+    newer = booted(listandwatch("node-a", [dev("gpu-0", "Unhealthy")], 1), *new)
+    assert api.ingest_listandwatch(newer)["health_changes"] == 1
+    holding = [pod("p", containers={"c": [held(GPU, "gpu-0")]})]
+    api.ingest_podresources(booted(podresources("node-a", holding, 1), *new))
+    before = db_rows(skip={"nodes": {"last_seen"}})
+
+    # The old boot's agent, still running or retrying, sends after the new one.
+    late = api.ingest_listandwatch(booted(listandwatch("node-a", [dev("gpu-0")], 51), *old))
+    assert (late["late"], late["changed"], late["health_changes"]) == (True, False, 0)
+    late_pr = api.ingest_podresources(booted(podresources("node-a", [], 51), *old))
+    assert (late_pr["late"], late_pr["released"]) == (True, 0)
+    assert db_rows(skip={"nodes": {"last_seen"}}) == before
+    assert api.device("node-a", "gpu-0")["health"] == "Unhealthy"
+    # The new boot goes on as before; so does a boot that began later still.
+    assert (
+        api.ingest_listandwatch(booted(listandwatch("node-a", [dev("gpu-0")], 2), *new))[
+            "health_changes"
+        ]
+        == 1
+    )
+    later = booted(
+        listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1), "boot-3", "2026-12-01T12:00:00Z"
+    )
+    assert api.ingest_listandwatch(later)["added"] == 1
+
+
+def test_a_boot_that_does_not_say_when_it_began_starts_a_new_sequence_as_ever(api: Api) -> None:
+    api.ingest_listandwatch(
+        booted(listandwatch("node-a", [dev("gpu-0")], 5), "boot-new", "2026-12-01T11:00:00Z")
+    )
+    unstated = listandwatch("node-a", [dev("gpu-0", "Unhealthy")], 1, boot="boot-other")
+    result = api.ingest_listandwatch(unstated)
+    assert (result["late"], result["health_changes"]) == (False, 1)
+
+
+def test_a_boot_start_that_is_not_a_time_is_422(api: Api) -> None:
+    body = booted(listandwatch("node-a", [dev("gpu-0")], 1), "boot-a", "yesterday")
+    response = api.post("/api/v1/ingest/listandwatch", body, expect=422)
+    fields = [d["field"] for d in response.json()["error"]["details"]]
+    assert "source.boot_started_at" in fields
+
+
 def test_unchanged_snapshot_writes_nothing_but_last_seen(
     api: Api, db_rows: Callable[..., dict]
 ) -> None:
@@ -286,6 +338,7 @@ def test_unchanged_snapshot_writes_nothing_but_last_seen(
     assert result == {
         "changed": False,
         "duplicate": False,
+        "late": False,
         "added": 0,
         "removed": 0,
         "reappeared": 0,
@@ -562,9 +615,10 @@ def test_the_listandwatch_content_hash_is_the_standard_librarys_serialisation() 
     for device_id, extra in (
         ("gpu-1", {}),
         ("gpu-1", {"plugin": plugin}),
-        ("gpu-\x7f", {"plugin": plugin}),
+        # Characters JSON must escape, and other unusual ones.
+        ('gpu-"1\\', {"plugin": plugin}),
         ("gpu-\u00e9", {"health_source": "derived"}),
-        ("gpu-\t1", {}),
+        ("gpu-<1>&", {}),
     ):
         devices = [dev("gpu-0", numa=[1, 0, 1]), dev(device_id, "Unhealthy", numa=[0]), dev("x")]
         snapshot = ListAndWatchSnapshot.model_validate(listandwatch("node-d", devices, 1, **extra))

@@ -60,6 +60,46 @@ def test_lone_surrogate_in_a_snapshot_is_422_naming_the_field(
         assert db_rows() == before, name
 
 
+# Characters that hide or reorder what a reader of a page or a log sees.
+HIDDEN_CHARACTERS = {
+    "right-to-left override": "gpu-\u202e0-upg",
+    "left-to-right isolate": "gpu-\u20660",
+    "zero-width space": "gpu-\u200b0",
+    "line feed": "gpu-0\nnode=node-b",
+    "line separator": "gpu-\u20280",
+    "tab": "gpu-\t0",
+}
+HIDDEN_CHARACTER_CASES = [
+    ("plugin device ID", good_law, "devices.1.ID", "devices[1].ID", "device_id"),
+    ("boot_id", good_law, "source.boot_id", "source.boot_id", "printable"),
+    (
+        "held device ID",
+        good_podres,
+        "pod_resources.0.containers.0.devices.0.device_ids.1",
+        "pod_resources[0].containers[0].devices[0].device_ids[1]",
+        "device_id",
+    ),
+    ("podresources boot_id", good_podres, "source.boot_id", "source.boot_id", "printable"),
+]
+
+
+def test_control_and_bidi_characters_in_ids_are_422_naming_the_field(
+    api: Api, db_rows: Callable[..., dict]
+) -> None:
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
+    before = db_rows()
+    for name, good, path, field, rule in HIDDEN_CHARACTER_CASES:
+        for kind, value in HIDDEN_CHARACTERS.items():
+            body = good()
+            setter(path, value)(body)
+            target = LAW if "devices" in body else PODRES
+            response = api.client.post(target, json=body, headers=api.headers)
+            assert_refused(response, field, rule)
+            (detail,) = [d for d in response.json()["error"]["details"] if d["field"] == field]
+            assert "control, format or line separator" in detail["message"], (name, kind)
+            assert db_rows() == before, (name, kind)
+
+
 def test_lone_surrogate_in_the_allocatable_list_is_422(
     api: Api, db_rows: Callable[..., dict]
 ) -> None:

@@ -228,27 +228,97 @@ def every_place_held(url: str, token: str, limit: int) -> Iterator[Answer]:
         yield read_answer(answered[0])
 
 
-def test_requests_beyond_the_limit_get_503_while_probes_answer(
+def test_snapshots_beyond_the_ingest_limit_get_503_while_reads_and_probes_answer(
     serve: Callable[..., str], make_token: Callable[..., str]
 ) -> None:
-    url = serve(max_concurrent_requests=2, body_read_timeout=600)
+    url = serve(max_concurrent_ingest=2, body_read_timeout=600)
     reader = {"Authorization": f"Bearer {make_token('read')}"}
     with httpx.Client(base_url=url, timeout=PATIENCE) as http:
-        assert http.get("/api/v1/nodes", headers=reader).status_code == 200
         with every_place_held(url, make_token("ingest"), 2) as turned_away:
-            for answer in (turned_away, http.get("/api/v1/nodes", headers=reader)):
-                assert answer.status_code == 503
-                assert answer.headers["retry-after"] == "1"
-                error = answer.json()["error"]
-                assert error["code"] == "overloaded"
-                assert "2 requests at once" in error["message"]
+            assert turned_away.status_code == 503
+            assert turned_away.headers["retry-after"] == "1"
+            error = turned_away.json()["error"]
+            assert error["code"] == "overloaded"
+            assert "2 ingest requests at once" in error["message"]
+            # Reads have places of their own.
+            assert http.get("/api/v1/nodes", headers=reader).status_code == 200
             assert http.get("/livez").status_code == 200
             assert http.get("/readyz").status_code == 200
         # The stalled senders gave up: their places are free again.
+        body = listandwatch("node-a", [dev("gpu-0")], 1)
+        agent = {"Authorization": f"Bearer {make_token('ingest')}"}
         wait_until(
-            lambda: http.get("/api/v1/nodes", headers=reader).status_code == 200,
-            what="requests to be answered again",
+            lambda: http.post(LAW, json=body, headers=agent).status_code == 200,
+            what="snapshots to be answered again",
         )
+
+
+def test_reads_beyond_their_limit_get_503(
+    serve: Callable[..., str], make_token: Callable[..., str]
+) -> None:
+    url = serve(max_concurrent_requests=1)
+    reader = {"Authorization": f"Bearer {make_token('read')}"}
+    with httpx.Client(base_url=url, timeout=PATIENCE) as http, connect(url) as sock:
+        # A token creation whose body never comes holds the one place of the reads' class.
+        send_head(sock, "POST", "/api/v1/tokens", json_head(1000, **admin_head(make_token)))
+        sock.sendall(b"{")
+        wait_until(
+            lambda: http.get("/api/v1/nodes", headers=reader).status_code == 503,
+            what="the read to be turned away",
+        )
+        answer = http.get("/api/v1/nodes", headers=reader)
+        assert "1 requests at once" in answer.json()["error"]["message"]
+
+
+def admin_head(make_token: Callable[..., str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {make_token('admin')}"}
+
+
+def hanging_form_posts(stack: ExitStack, url: str, path: str, count: int) -> list[socket.socket]:
+    """Anonymous form posts that announce 1000 bytes and send one."""
+    socks = []
+    for _ in range(count):
+        sock = stack.enter_context(connect(url))
+        head = {"Content-Type": "application/x-www-form-urlencoded", "Content-Length": "1000"}
+        send_head(sock, "POST", path, head)
+        sock.sendall(b"t")
+        socks.append(sock)
+    return socks
+
+
+@pytest.mark.parametrize("path", ["/login", "/logout"])
+def test_hanging_anonymous_form_posts_leave_agents_and_readers_answered(
+    serve: Callable[..., str], make_token: Callable[..., str], path: str
+) -> None:
+    # Long read timeouts: the posts hang for the whole test, none is cut off meanwhile.
+    url = serve(body_read_timeout=600, form_read_timeout=600)
+    agent = {"Authorization": f"Bearer {make_token('ingest')}"}
+    reader = {"Authorization": f"Bearer {make_token('read')}"}
+    with ExitStack() as stack, httpx.Client(base_url=url, timeout=PATIENCE) as http:
+        socks = hanging_form_posts(stack, url, path, 110)
+        # The forms' 20 places are taken, and every post over them has been turned away.
+        wait_until(
+            lambda: len(select.select(socks, [], [], 0)[0]) == 110 - 20,
+            what="the posts over the forms' limit to be turned away",
+        )
+        answered = select.select(socks, [], [], 0)[0]
+        assert {read_answer(sock).status_code for sock in answered} == {503}
+        for seq, health in enumerate(("Healthy", "Unhealthy", "Healthy"), start=1):
+            snapshot = listandwatch("node-a", [dev("gpu-0", health)], seq)
+            assert http.post(LAW, json=snapshot, headers=agent).status_code == 200
+            assert http.get("/api/v1/nodes", headers=reader).status_code == 200
+            assert http.get("/livez").status_code == 200
+
+
+def test_a_form_body_gets_a_shorter_read_timeout_than_a_snapshot(
+    serve: Callable[..., str],
+) -> None:
+    url = serve(form_read_timeout=1.0, body_read_timeout=600)
+    with ExitStack() as stack:
+        (sock,) = hanging_form_posts(stack, url, "/login", 1)
+        answer = read_answer(sock)
+        assert answer.status_code == 408
+        assert answer.json()["error"]["details"][0]["message"] == "must arrive within 1 seconds"
 
 
 def test_a_caller_who_has_its_answer_finds_its_place_free(
@@ -277,8 +347,11 @@ def test_an_open_event_stream_does_not_hold_a_place(
         assert http.get("/api/v1/nodes", headers=reader).status_code == 200
 
 
-def test_the_concurrency_limit_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_concurrency_limit_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings().max_concurrent_requests == 100
+    assert Settings().max_concurrent_ingest == 100
+    assert Settings().max_concurrent_forms == 20
+    assert Settings().form_read_timeout == 5
     monkeypatch.setenv("DEVICEDECK_MAX_CONCURRENT_REQUESTS", "0")
     with pytest.raises(ValueError, match="max_concurrent_requests"):
         Settings()

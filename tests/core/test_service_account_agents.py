@@ -28,15 +28,34 @@ def bearer(token: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SimApiServer]:
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SimApiServer]:
+    """The simulated API server; a test may name another kind with `indirect` parameters."""
     data_dir = tmp_path / "cluster"
     data_dir.mkdir()
-    server = SimApiServer(data_dir).start()
+    kind = getattr(request, "param", SimApiServer)
+    server = kind(data_dir).start()
     try:
         yield server
     finally:
         if server.thread.is_alive():  # a test may have stopped it already
             server.stop()
+
+
+class AudienceAgnosticApiServer(SimApiServer):
+    """An API server whose token authenticator names no audiences in its reviews, as an
+    audience-agnostic one does: Kubernetes then means its own audiences."""
+
+    def start(self) -> AudienceAgnosticApiServer:
+        super().start()
+        review = self.tokens.review
+
+        def without_audiences(body: Any) -> dict[str, Any]:
+            answer = review(body)
+            answer["status"].pop("audiences", None)
+            return answer
+
+        self.tokens.review = without_audiences  # type: ignore[method-assign]
+        return self
 
 
 @pytest.fixture
@@ -141,6 +160,17 @@ def test_tokens_that_are_not_an_agents_are_refused_and_change_nothing(
         assert answer.status_code == status, (case, answer.text)
         assert answer.json()["error"]["message"], case
     assert service.get("/api/v1/nodes", headers=auth).json()["count"] == 0
+
+
+@pytest.mark.parametrize("cluster", [AudienceAgnosticApiServer], indirect=True)
+def test_a_review_that_names_no_audience_is_refused(
+    service: httpx.Client, issue_token: IssueToken, auth: dict[str, str]
+) -> None:
+    token = issue_token("gpu-a")
+    answer = service.post(LAW, json=listandwatch("gpu-a", [], 1), headers=bearer(token))
+    assert answer.status_code == 401, answer.text
+    assert "audience 'devicedeck'" in answer.json()["error"]["message"]
+    assert service.get("/api/v1/nodes", headers=auth).json()["results"] == []
 
 
 def test_tokenreview_unreachable_answers_503_and_applies_nothing(

@@ -143,4 +143,72 @@ def test_behind_the_tls_ingress_cookies_are_secure(tmp_path: Path) -> None:
     rendered = kustomize(overlay(tmp_path, [COMPONENTS / "ingress-tls"]))
     env = server_env(rendered)
     assert env["DEVICEDECK_SECURE_COOKIES"] == "true"
+    # All its requests come from the controller's few addresses.
+    assert int(env["DEVICEDECK_MAX_CONNECTIONS_PER_CLIENT"]) > 1000
     assert env["DEVICEDECK_AUTH"] == "token"  # the base's settings are kept
+
+
+def container(rendered: list[Obj], kind: str, name: str) -> Obj:
+    (workload,) = [o for o in rendered if (o["kind"], o["metadata"]["name"]) == (kind, name)]
+    (first, *_) = workload["spec"]["template"]["spec"]["containers"]
+    return dict(first, pod=workload["spec"]["template"]["spec"])
+
+
+def test_with_service_tls_the_service_serves_https_and_agents_check_its_ca(
+    tmp_path: Path,
+) -> None:
+    plain = kustomize(COMPONENTS.parent)
+    assert "https://" not in json.dumps(plain) and "--ca-file" not in json.dumps(plain)
+    rendered = kustomize(
+        overlay(
+            tmp_path,
+            [COMPONENTS / "ingress-tls", COMPONENTS / "service-tls"],
+        )
+    )
+    server = container(rendered, "Deployment", "devicedeck")
+    assert "--ssl-certfile=/etc/devicedeck/tls/tls.crt" in server["args"]
+    assert "--ssl-keyfile=/etc/devicedeck/tls/tls.key" in server["args"]
+    mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
+    assert mounts["server-tls"] == "/etc/devicedeck/tls"
+    volumes = {v["name"]: v for v in server["pod"]["volumes"]}
+    assert volumes["server-tls"]["secret"]["secretName"] == "devicedeck-server-tls"
+    # The key is readable by the server's group, which the server runs as.
+    assert (
+        server["pod"]["securityContext"]["fsGroup"]
+        == server["pod"]["securityContext"]["runAsGroup"]
+    )
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert server[probe]["httpGet"]["scheme"] == "HTTPS"
+    agent = container(rendered, "DaemonSet", "devicedeck-agent")
+    args = agent["args"]
+    assert args[args.index("--server") + 1] == "https://devicedeck.devicedeck.svc:8000"
+    assert "--ca-file=/etc/devicedeck/ca/ca.crt" in args
+    (ca_volume,) = [v for v in agent["pod"]["volumes"] if v["name"] == "server-ca"]
+    assert ca_volume["configMap"]["name"] == "devicedeck-server-ca"
+    (ingress,) = [o for o in rendered if o["kind"] == "Ingress"]
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == (
+        "HTTPS"
+    )
+
+
+def test_cert_manager_makes_the_secret_service_tls_mounts(tmp_path: Path) -> None:
+    rendered = kustomize(
+        overlay(
+            tmp_path,
+            [COMPONENTS / "service-tls", COMPONENTS / "service-tls-cert-manager"],
+        )
+    )
+    (certificate,) = [o for o in rendered if o["kind"] == "Certificate"]
+    assert set(certificate["spec"]) >= {"secretName", "dnsNames", "issuerRef", "usages"}
+    assert "server auth" in certificate["spec"]["usages"]
+    server = container(rendered, "Deployment", "devicedeck")
+    (volume,) = [v for v in server["pod"]["volumes"] if v["name"] == "server-tls"]
+    assert certificate["spec"]["secretName"] == volume["secret"]["secretName"]
+    (service,) = [
+        o for o in rendered if o["kind"] == "Service" and o["metadata"]["name"] == "devicedeck"
+    ]
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    assert f"{name}.{namespace}.svc" in certificate["spec"]["dnsNames"]
+    agent = container(rendered, "DaemonSet", "devicedeck-agent")
+    server_url = agent["args"][agent["args"].index("--server") + 1]
+    assert server_url.startswith(f"https://{name}.{namespace}.svc:")

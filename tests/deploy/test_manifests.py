@@ -40,9 +40,9 @@ AGENT_DIRECTORIES = {
     "/var/lib/kubelet/pod-resources": True,
     "/var/lib/kubelet/device-plugins": True,
 }
-# Custom resources of the Prometheus Operator: no model in the Kubernetes client
-# (tests/deploy/test_monitoring.py checks them).
-CUSTOM_GROUPS = {"monitoring.coreos.com"}
+# Custom resources of the Prometheus Operator and of cert-manager: no model in the Kubernetes
+# client (tests/deploy/test_monitoring.py and test_kustomize.py check them).
+CUSTOM_GROUPS = {"monitoring.coreos.com", "cert-manager.io"}
 CORE_OBJECTS = [(f, o) for f, o in EVERYTHING if o["apiVersion"].split("/")[0] not in CUSTOM_GROUPS]
 
 

@@ -94,7 +94,13 @@ def test_stream_reports_become_health_with_history(
     )
     first = client.post(INGEST, json=body, headers=agent)
     assert first.status_code == 200, first.text
-    assert first.json() == {"changed": True, "devices": 3, "health_changes": 3, "unpublished": []}
+    assert first.json() == {
+        "changed": True,
+        "devices": 3,
+        "health_changes": 3,
+        "unpublished": [],
+        "late": [],
+    }
 
     gpu1 = _device(client, auth, "gpu-1")
     assert gpu1["health"]["health"] == "Unhealthy"
@@ -189,6 +195,80 @@ def test_devices_no_slice_publishes_are_kept_and_named(
     assert page["published"] is False and page["current"] is None
     assert page["health"]["health"] == "Unhealthy"
     assert page["health_history"][0]["node"] == "node-a"
+
+
+def test_an_unpublished_device_of_a_pool_published_for_another_node_is_refused(
+    fake_api: FakeApiServer,
+    start_app: StartApp,
+    auth: dict[str, str],
+    make_token: Callable[..., str],
+) -> None:
+    client = _started(fake_api, start_app, auth)
+    agent = _bearer(make_token("ingest", name="agent-a", node="node-a"))
+    body = _report([_entry("gpu-0", "HEALTHY"), _entry("gpu-9", "UNHEALTHY", pool="node-b")])
+    response = client.post(INGEST, json=body, headers=agent)
+    assert response.status_code == 422, response.text
+    (detail,) = response.json()["error"]["details"]
+    assert (detail["field"], detail["rule"]) == ("devices[1].device", "other_node")
+    assert "pool node-b" in detail["message"] and "node node-b" in detail["message"]
+    assert _device(client, auth, "gpu-0")["health"] is None
+    # Nothing was recorded of it: the service knows no such device.
+    unknown = client.get(f"/api/v1/dra/drivers/{DRIVER}/pools/node-b/devices/gpu-9", headers=auth)
+    assert unknown.status_code == 404
+
+
+def test_without_the_cluster_a_device_on_record_for_another_node_is_refused(
+    client: TestClient, auth: dict[str, str], make_token: Callable[..., str]
+) -> None:
+    """With DEVICEDECK_KUBE=off no slice publishes anything: what node-b's agent reported is
+    node-b's, and node-a's agent can change none of it, nor add to its pool."""
+    agent_b = _bearer(make_token("ingest", name="agent-b", node="node-b"))
+    agent_a = _bearer(make_token("ingest", name="agent-a", node="node-a"))
+    own = _report([_entry("gpu-3", "HEALTHY", pool="node-b")], node_name="node-b")
+    assert client.post(INGEST, json=own, headers=agent_b).status_code == 200
+    for name in ("gpu-3", "gpu-4"):
+        foreign = _report([_entry(name, "UNHEALTHY", pool="node-b")])
+        response = client.post(INGEST, json=foreign, headers=agent_a)
+        assert response.status_code == 422, response.text
+        (detail,) = response.json()["error"]["details"]
+        assert (detail["field"], detail["rule"]) == ("devices[0].device", "other_node")
+        assert "node-b" in detail["message"]
+    health = _device(client, auth, "gpu-3", pool="node-b")["health"]
+    assert (health["health"], health["reported_by"]) == ("Healthy", "node-b")
+    # node-a's own devices are its to report, and node-b's agent cannot change them.
+    mine = _report([_entry("gpu-0", "UNHEALTHY")])
+    assert client.post(INGEST, json=mine, headers=agent_a).status_code == 200
+    theirs = _report([_entry("gpu-0", "HEALTHY")], node_name="node-b")
+    assert client.post(INGEST, json=theirs, headers=agent_b).status_code == 422
+    assert _device(client, auth, "gpu-0")["health"]["health"] == "Unhealthy"
+
+
+def test_a_report_older_than_the_stored_one_is_late_and_changes_nothing(
+    client: TestClient, auth: dict[str, str], make_token: Callable[..., str]
+) -> None:
+    agent = _bearer(make_token("ingest", name="agent-a", node="node-a"))
+
+    def post(observed_at: str, health: str, checked: str) -> Any:
+        body = _report([_entry("gpu-0", health, lastUpdatedTime=checked)])
+        body["observed_at"] = observed_at
+        response = client.post(INGEST, json=body, headers=agent)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    assert post("2026-12-03T12:00:00Z", "UNHEALTHY", "1764763200")["late"] == []
+    events = client.get("/api/v1/events", headers=auth).json()["results"]
+    # A retry of an earlier report, sent after the newer one.
+    late = post("2026-12-03T11:59:00Z", "HEALTHY", "1764763100")
+    assert (late["late"], late["changed"], late["health_changes"]) == (["node-a/gpu-0"], False, 0)
+    # Observed later, but the driver's check of the device is older than the stored one's.
+    late = post("2026-12-03T12:01:00Z", "HEALTHY", "1764763100")
+    assert late["late"] == ["node-a/gpu-0"]
+    device = _device(client, auth, "gpu-0")
+    assert device["health"]["health"] == "Unhealthy"
+    assert client.get("/api/v1/events", headers=auth).json()["results"] == events
+    # A newer report is applied as ever.
+    assert post("2026-12-03T12:02:00Z", "HEALTHY", "1764763300")["health_changes"] == 1
+    assert _device(client, auth, "gpu-0")["health"]["health"] == "Healthy"
 
 
 BAD_ENTRIES = [

@@ -139,6 +139,8 @@ class DraHealthReport(Base):
     timeout_seconds: Mapped[int | None] = mapped_column(BigInteger)
     message: Mapped[str | None] = mapped_column(String(1024))
     received_at: Mapped[datetime]
+    # The observed_at of the report that stored this; a report observed earlier is late.
+    observed_at: Mapped[datetime | None]
 
 
 class DraClaim(Base):

@@ -5,10 +5,19 @@ the kubelet is its usual client. A node agent that reads the stream posts each m
 report: the driver's full list of devices on that node, each with HEALTHY, UNHEALTHY or
 UNKNOWN, when the driver last checked it, its health-check timeout and a message.
 
-A report is all or nothing. A device the driver names that no ResourceSlice publishes (yet) is
-still recorded, and listed as unpublished in the answer: its slice may simply not have been
-watched in yet. A device a slice publishes for another node is refused: an agent speaks for its
-own node. Only a change of the stream's own value reaches the device's health, so a stream
+A report is all or nothing. An agent speaks for its own node only, whether a device is published
+or not. A device a slice publishes for another node is refused. A device the driver names that
+no ResourceSlice publishes (yet) is still recorded, under the reporting node, and listed as
+unpublished in the answer: its slice may simply not have been watched in yet. It is refused when
+what is known ties it to another node: its pool is published for another node, or another
+node's agent reported it, or another device of its pool, first.
+
+A report observed before the one stored for a device, or whose driver checked the device
+before it did for the stored one, is late for that device: it changes nothing of it, and the
+answer names it. Agents send one report at a time, but a retry of an older report can still
+arrive after a newer one.
+
+Only a change of the stream's own value reaches the device's health, so a stream
 repeating itself does not undo a newer report from the pod or claim status; a device the
 stream stops naming keeps its last state (the kubelet's timeout for it is not modelled).
 """
@@ -24,7 +33,7 @@ from pydantic_core import PydanticCustomError
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.cluster.models import DraDevice, DraHealthReport
+from devicedeck.inventory.cluster.models import DraDevice, DraDeviceHealth, DraHealthReport
 from devicedeck.inventory.dra.health import MESSAGE_LIMIT, DeviceKey, set_health
 from devicedeck.inventory.errors import InvalidInput, Problem
 from devicedeck.inventory.events import EventLog
@@ -153,6 +162,8 @@ class DraHealthResult:
     health_changes: int = 0
     # pool/device of the devices no ResourceSlice of the driver publishes.
     unpublished: list[str] = field(default_factory=list)
+    # pool/device of the devices for which a newer report is stored; nothing of them changed.
+    late: list[str] = field(default_factory=list)
 
 
 def _chunks(keys: list[tuple[str, str]], size: int = 500) -> list[list[tuple[str, str]]]:
@@ -192,8 +203,101 @@ def _reports(
     return found
 
 
+def _is_late(report: DraHealthReport, observed_at: datetime, checked_at: datetime | None) -> bool:
+    """Whether a device's entry in a report is older than what is stored for the device."""
+    if report.observed_at is not None and observed_at < report.observed_at:
+        return True
+    return (
+        checked_at is not None and report.checked_at is not None and checked_at < report.checked_at
+    )
+
+
 def _checked_at(seconds: int) -> datetime | None:
     return datetime.fromtimestamp(seconds, UTC) if seconds > 0 else None
+
+
+def _pool_nodes(session: Session, driver: str, pools: set[str]) -> dict[str, set[str | None]]:
+    """For each pool of the driver, the nodes its published devices are on (None: a device of
+    no single node)."""
+    found: dict[str, set[str | None]] = {}
+    for pool, node in session.execute(
+        select(DraDevice.pool, DraDevice.node)
+        .where(DraDevice.driver == driver, DraDevice.pool.in_(sorted(pools)))
+        .distinct()
+    ):
+        found.setdefault(pool, set()).add(node)
+    return found
+
+
+def _reporting_nodes(session: Session, driver: str, pools: set[str]) -> dict[str, set[str]]:
+    """For each pool of the driver, the nodes whose agents have reported a device of it, and of
+    each device on record, the node its health is recorded under."""
+    found: dict[str, set[str]] = {}
+    for pool, node in session.execute(
+        select(DraHealthReport.pool, DraHealthReport.node)
+        .where(DraHealthReport.driver == driver, DraHealthReport.pool.in_(sorted(pools)))
+        .distinct()
+    ):
+        found.setdefault(pool, set()).add(node)
+    for pool, recorded_under in session.execute(
+        select(DraDeviceHealth.pool, DraDeviceHealth.node)
+        .where(
+            DraDeviceHealth.driver == driver,
+            DraDeviceHealth.pool.in_(sorted(pools)),
+            DraDeviceHealth.node.is_not(None),
+        )
+        .distinct()
+    ):
+        if recorded_under is not None:
+            found.setdefault(pool, set()).add(recorded_under)
+    return found
+
+
+def _other_node_problems(
+    session: Session, snapshot: DraHealthSnapshot, published: dict[tuple[str, str], set[str | None]]
+) -> list[Problem]:
+    """Each device of the report that is known to be another node's."""
+    reporter, driver = snapshot.node, snapshot.driver
+    unpublished_pools = {d.key[0] for d in snapshot.devices if d.key not in published}
+    pool_nodes = _pool_nodes(session, driver, unpublished_pools) if unpublished_pools else {}
+    reported = _reporting_nodes(session, driver, unpublished_pools) if unpublished_pools else {}
+    problems = []
+    for index, device in enumerate(snapshot.devices):
+        (pool, name), where = device.key, f"devices[{index}].device"
+        nodes = published.get(device.key)
+        if nodes:
+            if None not in nodes and reporter not in nodes:
+                problems.append(
+                    Problem(
+                        where,
+                        "other_node",
+                        f"{driver} publishes {pool}/{name} for node "
+                        f"{', '.join(sorted(n for n in nodes if n))}, not {reporter}",
+                    )
+                )
+            continue
+        in_pool = pool_nodes.get(pool, set())
+        if in_pool and None not in in_pool and reporter not in in_pool:
+            problems.append(
+                Problem(
+                    where,
+                    "other_node",
+                    f"{driver} publishes pool {pool} for node "
+                    f"{', '.join(sorted(n for n in in_pool if n))}, not {reporter}",
+                )
+            )
+            continue
+        others = reported.get(pool, set()) - {reporter}
+        if not in_pool and others:
+            problems.append(
+                Problem(
+                    where,
+                    "other_node",
+                    f"{pool}/{name} is unpublished and pool {pool} of {driver} is on record "
+                    f"for node {', '.join(sorted(others))}, not {reporter}",
+                )
+            )
+    return problems
 
 
 def apply_dra_health_report(
@@ -201,18 +305,7 @@ def apply_dra_health_report(
 ) -> DraHealthResult:
     keys = [d.key for d in snapshot.devices]
     published = _published_nodes(session, snapshot.driver, keys)
-    problems = []
-    for index, device in enumerate(snapshot.devices):
-        nodes = published.get(device.key)
-        if nodes and None not in nodes and snapshot.node not in nodes:
-            problems.append(
-                Problem(
-                    f"devices[{index}].device",
-                    "other_node",
-                    f"{snapshot.driver} publishes {device.key[0]}/{device.key[1]} for node "
-                    f"{', '.join(sorted(n for n in nodes if n))}, not {snapshot.node}",
-                )
-            )
+    problems = _other_node_problems(session, snapshot, published)
     if problems:
         raise InvalidInput("the report names devices of another node", problems)
 
@@ -230,6 +323,9 @@ def apply_dra_health_report(
         if device.key not in published:
             result.unpublished.append(f"{pool}/{name}")
         report = reports.get(device.key)
+        if report is not None and _is_late(report, snapshot.observed_at, checked_at):
+            result.late.append(f"{pool}/{name}")
+            continue
         if report is None or report.health != health:
             set_health(
                 session,
@@ -254,10 +350,14 @@ def apply_dra_health_report(
             report.timeout_seconds,
             report.message,
         ) == state:
+            # The same state, observed again: later reports are measured against this one.
+            if report.observed_at is None or report.observed_at < snapshot.observed_at:
+                report.observed_at = snapshot.observed_at
             continue
         result.changed = True
         report.node, report.health, report.checked_at = state[0], state[1], state[2]
         report.timeout_seconds, report.message, report.received_at = state[3], state[4], now
+        report.observed_at = snapshot.observed_at
     result.health_changes = log.count("dra_health_changed")
     log.write(session)
     return result

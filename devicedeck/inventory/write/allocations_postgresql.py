@@ -38,7 +38,7 @@ from devicedeck.inventory.write.allocations import (
     log_allocation_changes,
 )
 from devicedeck.inventory.write.bulk import Write
-from devicedeck.inventory.write.receipts import StreamReceipt, listandwatch_stream
+from devicedeck.inventory.write.receipts import StreamReceipt, listandwatch_stream, receipt_of
 
 # The stream's receipt, and, only when the snapshot's content is not the one it last applied,
 # the holdings the snapshot replaces: each part by its node index, as the statement-at-a-time
@@ -46,7 +46,7 @@ from devicedeck.inventory.write.receipts import StreamReceipt, listandwatch_stre
 # in one row: for a node's hundred-odd rows that costs less than a result row each. `{node}`
 # is the node's id, or the SQL that finds it.
 _RECEIPT_AND_HOLDINGS = (
-    "SELECT r.id, r.boot_id, r.seq, r.payload_hash, r.content_hash,"
+    "SELECT r.id, r.boot_id, r.seq, r.payload_hash, r.content_hash, r.boot_started_at,"
     " h.devices, h.allocations, h.claims_open"
     " FROM (SELECT) AS one"
     " LEFT JOIN ingest_receipts r ON r.node_id = {node} AND r.stream = %(stream)s"
@@ -93,8 +93,8 @@ def receipt_and_holdings_of(
     row: Sequence[Any], resources: set[str]
 ) -> tuple[StreamReceipt | None, NodeHoldings | None]:
     """`read_receipt_and_holdings`' answer, from the read's row."""
-    receipt = None if row[0] is None else StreamReceipt(*row[:5])
-    devices, allocations, claims_open = row[5:]
+    receipt = None if row[0] is None else receipt_of(row[:6])
+    devices, allocations, claims_open = row[6:]
     if claims_open is None:
         return receipt, None
     return receipt, holdings_of(

@@ -25,7 +25,12 @@ from devicedeck.inventory.write.bulk import BulkInsertReturning, BulkUpdate, Wri
 from devicedeck.inventory.write.derived_health import DERIVED, NotOffered, status_counts, withheld
 from devicedeck.inventory.write.driver_sql import DriverStatement, in_utc
 from devicedeck.inventory.write.node_limits import check_device_total
-from devicedeck.inventory.write.receipts import RECEIPT_COLUMNS, StreamReceipt, listandwatch_stream
+from devicedeck.inventory.write.receipts import (
+    RECEIPT_COLUMNS,
+    StreamReceipt,
+    listandwatch_stream,
+    receipt_of,
+)
 
 
 def kubelet_health(raw: str) -> str:
@@ -123,7 +128,7 @@ def stream_of_rows(
     )
     if receipt is None or receipt[0] is None:
         return None, devices
-    return StreamReceipt(*receipt), devices
+    return receipt_of(receipt), devices
 
 
 def present_elsewhere_of_rows(rows: Sequence[Sequence[Any]]) -> int:

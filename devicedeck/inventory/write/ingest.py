@@ -110,10 +110,12 @@ Snapshot = ListAndWatchSnapshot | PodResourcesSnapshot
 
 @dataclass
 class IngestResult:
-    """What a snapshot changed. `duplicate` marks a repeat of the last seq (nothing applied)."""
+    """What a snapshot changed. `duplicate` marks a repeat of the last seq, `late` a snapshot of
+    a boot older than the stream's (nothing applied for either)."""
 
     changed: bool = False
     duplicate: bool = False
+    late: bool = False
     added: int = 0
     removed: int = 0
     reappeared: int = 0
@@ -239,6 +241,9 @@ def apply_snapshot(
     if order is Order.REPEAT:
         log.write(session)
         return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
+    if order is Order.LATE:
+        log.write(session)  # the node's own events: it was seen
+        return IngestResult(late=True, changed=bool(log.rows), events=len(log.rows))
     device_changes: DeviceChanges = []
     allocation_writes: list[Write] = []
     if receipt is None or receipt.content_hash != content_hash:
@@ -365,8 +370,8 @@ def _listed_devices_close(
     now = log.at
     stream = listandwatch_stream(snapshot.resource)
     receipt, listed = stream_of_rows(rows)
-    if check_order(receipt, snapshot.source, content_hash, stream) is Order.REPEAT:
-        raise FullPathNeeded  # answered as a repeat there, with the node's events
+    if check_order(receipt, snapshot.source, content_hash, stream) is not Order.APPLY:
+        raise FullPathNeeded  # answered as a repeat or late there, with the node's events
     device_changes: DeviceChanges = []
     inserted: list[Write] = []
     if receipt is None or receipt.content_hash != content_hash:

@@ -100,8 +100,8 @@ def _pod_resources_close(
     transaction."""
     now = log.at
     receipt, holdings = receipt_and_holdings_of(read, listed.resources)
-    if check_order(receipt, snapshot.source, content_hash, PODRESOURCES_STREAM) is Order.REPEAT:
-        raise FullPathNeeded  # answered as a repeat there, with the node's events
+    if check_order(receipt, snapshot.source, content_hash, PODRESOURCES_STREAM) is not Order.APPLY:
+        raise FullPathNeeded  # answered as a repeat or late there, with the node's events
     writes: list[Write] = []
     # No holdings: the receipt's content is this one, and nothing is replaced.
     if holdings is not None:

@@ -9,6 +9,7 @@ expression costs more CPU than PostgreSQL spends executing these ones.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -21,7 +22,7 @@ from devicedeck.inventory.errors import ConflictingRepeat, Problem, StaleSnapsho
 from devicedeck.inventory.models import IngestReceipt, Node, table_of
 from devicedeck.inventory.schemas import Placed, Source
 from devicedeck.inventory.write.bulk import Write
-from devicedeck.inventory.write.driver_sql import DriverStatement
+from devicedeck.inventory.write.driver_sql import DriverStatement, in_utc
 
 _nodes = table_of(Node)
 _receipts = table_of(IngestReceipt)
@@ -30,6 +31,8 @@ _receipts = table_of(IngestReceipt)
 class Order(StrEnum):
     APPLY = "apply"
     REPEAT = "repeat"
+    # From a boot that began before the one the stream last applied: changes nothing.
+    LATE = "late"
 
 
 def check_order(
@@ -38,9 +41,18 @@ def check_order(
     """Where a snapshot stands against the last one applied for its stream.
 
     Raises StaleSnapshot for an older seq of the same boot, ConflictingRepeat for a seq seen
-    before with other content.
+    before with other content. Another boot's snapshot is late when both boots' starts are
+    known and it began before the stream's; otherwise it starts a new sequence.
     """
-    if receipt is None or receipt.boot_id != source.boot_id:
+    if receipt is None:
+        return Order.APPLY
+    if receipt.boot_id != source.boot_id:
+        if (
+            source.boot_started_at is not None
+            and receipt.boot_started_at is not None
+            and source.boot_started_at < receipt.boot_started_at
+        ):
+            return Order.LATE
         return Order.APPLY
     if source.seq > receipt.seq:
         return Order.APPLY
@@ -80,6 +92,7 @@ class StreamReceipt:
     seq: int
     payload_hash: str
     content_hash: str | None
+    boot_started_at: datetime | None = None
 
 
 # What StreamReceipt holds, in its order.
@@ -89,7 +102,18 @@ RECEIPT_COLUMNS = (
     _receipts.c.seq,
     _receipts.c.payload_hash,
     _receipts.c.content_hash,
+    _receipts.c.boot_started_at,
 )
+
+
+def receipt_of(columns: Sequence[Any]) -> StreamReceipt:
+    """A receipt from RECEIPT_COLUMNS' values, as any read returns them."""
+    receipt_id, boot_id, seq, payload_hash, content_hash, boot_started_at = columns
+    return StreamReceipt(
+        receipt_id, boot_id, seq, payload_hash, content_hash, in_utc(boot_started_at)
+    )
+
+
 _FIND_RECEIPT = select(*RECEIPT_COLUMNS).where(
     _receipts.c.node_id == bindparam("node_id"), _receipts.c.stream == bindparam("stream")
 )
@@ -100,6 +124,7 @@ _RECEIPT_FIELDS = {
     "content_hash": bindparam("to_hash"),
     "observed_at": bindparam("observed", type_=_receipts.c.observed_at.type),
     "received_at": bindparam("now", type_=_receipts.c.received_at.type),
+    "boot_started_at": bindparam("boot_started", type_=_receipts.c.boot_started_at.type),
 }
 _UPDATE_RECEIPT = (
     update(_receipts).where(_receipts.c.id == bindparam("receipt_id")).values(_RECEIPT_FIELDS)
@@ -117,12 +142,16 @@ _INSERT_RECEIPT_SQL = (
     f"INSERT INTO {_receipts.name} (node_id, stream, {', '.join(_RECEIPT_FIELDS)}) "
     f"VALUES (:for_node, :for_stream, {', '.join(f':{b.key}' for b in _RECEIPT_FIELDS.values())})"
 )
-_RECEIPT_TIMES = (_RECEIPT_FIELDS["observed_at"], _RECEIPT_FIELDS["received_at"])
+_RECEIPT_TIMES = (
+    _RECEIPT_FIELDS["observed_at"],
+    _RECEIPT_FIELDS["received_at"],
+    _RECEIPT_FIELDS["boot_started_at"],
+)
 
 
 def find_receipt(session: Session, node_id: int, stream: str) -> StreamReceipt | None:
     row = session.execute(_FIND_RECEIPT, {"node_id": node_id, "stream": stream}).first()
-    return None if row is None else StreamReceipt(*row)
+    return None if row is None else receipt_of(row)
 
 
 class ReceiptRecord(NamedTuple):
@@ -142,6 +171,7 @@ class ReceiptRecord(NamedTuple):
             "to_hash": self.content_hash,
             "observed": self.observed_at,
             "now": self.now,
+            "boot_started": self.source.boot_started_at,
         }
 
 
