@@ -17,7 +17,12 @@ from sqlalchemy.orm import Session
 from devicedeck.inventory.cluster_models import KubePod
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.extended_resources import is_extended_resource, quantity
-from devicedeck.inventory.other_writers import apply_reported_health, join_allocations, release_pod
+from devicedeck.inventory.other_writers import (
+    apply_reported_health,
+    join_allocations,
+    pod_name_reused,
+    release_pod,
+)
 from devicedeck.kube.dra_health import apply_pod_dra_health, changed_health_reports
 from devicedeck.kube.node_sync import ACTOR
 
@@ -145,6 +150,7 @@ def apply_pod(
             select(KubePod).where(KubePod.uid == metadata["uid"])
         ).one_or_none()
     health_before: dict[str, Any] = {}
+    node_before = existing.node if existing is not None else None
     if existing is None:
         existing = KubePod(
             uid=metadata["uid"],
@@ -163,6 +169,8 @@ def apply_pod(
     if existing.deleted_at is not None:
         return existing
     if existing.node is not None:
+        if node_before is None:
+            pod_name_reused(session, existing)
         if join:
             join_allocations(session, existing.namespace, existing.name)
         if existing.phase not in TERMINAL_PHASES:
