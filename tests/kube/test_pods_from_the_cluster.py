@@ -81,9 +81,7 @@ def test_a_pod_holding_devices_only_through_cluster_claims_is_a_pod(
     assert hold["health_during"][-1]["health"] == "Unhealthy"
 
     listed = _json(client, auth, "/api/v1/pods?namespace=ml")["results"]
-    assert [(p["name"], p["running"], p["node"]) for p in listed] == [
-        ("inference", True, "node-a")
-    ]
+    assert [(p["name"], p["running"], p["node"]) for p in listed] == [("inference", True, "node-a")]
     assert [(d["device"], d["health"]) for d in listed[0]["dra_devices"]] == [
         ("gpu-1", "Unhealthy")
     ]
