@@ -7,9 +7,12 @@ then samples /proc/<agent pid>/status (VmRSS, threads) and /proc/<pid>/stat (use
 CPU time) once a second for --seconds. Prints the figures; the target is under 80 MB RSS
 and near-zero CPU at rest. Then, --changes times, deletes a pod holding a device and creates
 another asking for one, timing how long each takes to show in the service's API (the target:
-within 3 s each, at the agent's default settings).
+within 3 s each, at the agent's default settings). With --baseline-pods-interval S it first
+runs the same with the agent's `--pods-interval S` (S = 10, the full re-read: how the agent saw
+a pod end before it asked for pods on their own) and prints the ratios of the two.
 
     .venv/bin/python bench/agent.py --seconds 30
+    .venv/bin/python bench/agent.py --seconds 20 --changes 5 --baseline-pods-interval 10
 """
 
 from __future__ import annotations
@@ -86,7 +89,14 @@ class Child:
         self._log.close()
 
 
-def run(seconds: float, devices: int, pods: int, changes: int, workdir: Path) -> dict[str, Any]:
+def run(
+    seconds: float,
+    devices: int,
+    pods: int,
+    changes: int,
+    workdir: Path,
+    agent_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEDECK_")}
     env.update(
         DEVICEDECK_DATABASE_URL=f"sqlite:///{workdir / 'bench.db'}",
@@ -168,6 +178,7 @@ def run(seconds: float, devices: int, pods: int, changes: int, workdir: Path) ->
                 str(token_file),
                 "--kubelet-root",
                 str(root),
+                *agent_args,
             ],
             workdir / "agent.log",
             env,
@@ -197,7 +208,7 @@ def run(seconds: float, devices: int, pods: int, changes: int, workdir: Path) ->
         cpu_used, wall = cpu_seconds(pid) - cpu_start, time.monotonic() - wall_start
         rss = [kb for kb, _ in samples]
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {read_token}"}) as api:
-            pod_seconds = time_pod_changes(api, root, changes)
+            deletes, creates = time_pod_changes(api, root, changes)
         return {
             "devices": devices,
             "pods": pods,
@@ -208,7 +219,8 @@ def run(seconds: float, devices: int, pods: int, changes: int, workdir: Path) ->
             "threads": samples[-1][1],
             "cpu_seconds": round(cpu_used, 3),
             "cpu_percent": round(100 * cpu_used / wall, 3),
-            "pod_change_seconds": pod_seconds,
+            "pod_delete_seconds": deletes,
+            "pod_create_seconds": creates,
         }
     finally:
         for child in reversed(children):
@@ -220,9 +232,10 @@ def holders(api: httpx.Client) -> set[str]:
     return {d["allocation"]["pod"] for d in page["results"] if d["allocation"]}
 
 
-def time_pod_changes(api: httpx.Client, root: Path, rounds: int) -> list[float]:
-    """Seconds from each pod deletion or creation at the kubelet to the service showing it."""
-    taken = []
+def time_pod_changes(api: httpx.Client, root: Path, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds from each pod deletion, and each creation, at the kubelet to the service
+    showing it."""
+    taken: dict[str, list[float]] = {"pod.delete": [], "pod.create": []}
     for i in range(rounds):
         old, new = f"pod-{i:03d}", f"probe-{i:03d}"
         for op, spec, shown in (
@@ -244,8 +257,8 @@ def time_pod_changes(api: httpx.Client, root: Path, rounds: int) -> list[float]:
             started = time.monotonic()
             call(control_socket_path(root), {"op": op, **spec})
             wait_for(shown, 60, f"{op} of {spec['name']} in the service")
-            taken.append(round(time.monotonic() - started, 2))
-    return taken
+            taken[op].append(round(time.monotonic() - started, 2))
+    return taken["pod.delete"], taken["pod.create"]
 
 
 def main() -> int:
@@ -254,17 +267,47 @@ def main() -> int:
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--changes", type=int, default=5, help="pod changes timed (default 5)")
+    parser.add_argument(
+        "--baseline-pods-interval",
+        type=float,
+        metavar="SECONDS",
+        help="first run the agent with --pods-interval SECONDS, and compare",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="ddbench", dir="/tmp"))
-    try:
-        result = run(args.seconds, args.devices, args.pods, args.changes, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    runs: list[tuple[str, tuple[str, ...]]] = []
+    if args.baseline_pods_interval is not None:
+        interval = f"{args.baseline_pods_interval:g}"
+        runs.append((f"--pods-interval {interval}", ("--pods-interval", interval)))
+    runs.append(("defaults", ()))
+    results = {}
+    for label, agent_args in runs:
+        workdir = Path(tempfile.mkdtemp(prefix="ddbench", dir="/tmp"))
+        try:
+            results[label] = run(
+                args.seconds, args.devices, args.pods, args.changes, workdir, agent_args
+            )
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(results))
         return 0
-    print(f"agent at rest: {result['devices']} devices, {result['pods']} pods")
+    for label, result in results.items():
+        report(label, result)
+    if len(results) == 2:
+        (_, baseline), (_, now) = results.items()
+        print("defaults / baseline")
+        for key in ("pod_delete_seconds", "pod_create_seconds"):
+            if baseline[key] and now[key]:
+                ratio = max(now[key]) / max(baseline[key])
+                print(f"  {key.removesuffix('_seconds'):<18}  max {ratio:.2f}")
+        if baseline["cpu_seconds"]:
+            print(f"  CPU at rest         {now['cpu_seconds'] / baseline['cpu_seconds']:.2f}")
+    return 0
+
+
+def report(label: str, result: dict[str, Any]) -> None:
+    print(f"agent ({label}) at rest: {result['devices']} devices, {result['pods']} pods")
     print(f"  converged in        {result['converged_seconds']} s after start")
     print(f"  window              {result['window_seconds']} s")
     print(
@@ -274,10 +317,10 @@ def main() -> int:
     print(
         f"  CPU time            {result['cpu_seconds']} s ({result['cpu_percent']} % of one core)"
     )
-    changes = result["pod_change_seconds"]
-    if changes:
-        print(f"  pod change to API   max {max(changes)} s, all {changes} (target < 3)")
-    return 0
+    for kind in ("delete", "create"):
+        taken = result[f"pod_{kind}_seconds"]
+        if taken:
+            print(f"  pod {kind} to API   {min(taken)}-{max(taken)} s, all {taken} (target < 3)")
 
 
 if __name__ == "__main__":

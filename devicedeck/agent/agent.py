@@ -51,6 +51,8 @@ class AgentConfig:
     token: str | None = None
     taps: tuple[TapSpec, ...] = ()
     interval: float = 10.0
+    # PodResources List alone, the only way to see a pod end.
+    pods_interval: float = 1.0
     heartbeat: float = 30.0
     max_backoff: float = 30.0
     auth_retry: float = 60.0
@@ -105,6 +107,7 @@ class Agent:
             self.paths,
             self.metrics,
             interval=config.interval,
+            pods_interval=config.pods_interval,
             backoff=Backoff(KUBELET_BACKOFF_BASE_SECONDS, config.max_backoff),
             on_change=self._kubelet_changed,
             on_plugin_sockets=self.taps.sockets_changed,

@@ -2,7 +2,7 @@
 
     devicedeck agent --node NAME --server URL [--ca-file PEM] --token-file PATH \\
         --kubelet-root DIR [--tap RESOURCE[=SOCKET] ...] [--dra-health [--dra-plugins-dir DIR]] \\
-        [--interval SECONDS] [--metrics-port PORT]
+        [--interval SECONDS] [--pods-interval SECONDS] [--metrics-port PORT]
 
 The token comes from --token-file (re-read whenever the file changes) or DEVICEDECK_TOKEN;
 the node name from --node or NODE_NAME (set it from spec.nodeName in a DaemonSet).
@@ -85,6 +85,14 @@ def register(subparsers: Any) -> None:
         help="full re-read of the kubelet every SECONDS (default 10, at least 1)",
     )
     parser.add_argument(
+        "--pods-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="ask the kubelet for its pods every SECONDS, to see pods end (default 1, at "
+        "least 1, at most --interval)",
+    )
+    parser.add_argument(
         "--heartbeat",
         type=float,
         default=30.0,
@@ -133,6 +141,8 @@ def _config_problem(args: argparse.Namespace) -> str | None:
         return "--ca-file: only with an https:// --server"
     if args.interval < 1:
         return "--interval: must be at least 1 second"
+    if not 1 <= args.pods_interval <= args.interval:
+        return "--pods-interval: must be at least 1 second and at most --interval"
     for name in ("heartbeat", "max_backoff", "auth_retry"):
         if getattr(args, name) <= 0:
             return f"--{name.replace('_', '-')}: must be positive"
@@ -180,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         token=None if args.token_file else os.environ.get("DEVICEDECK_TOKEN"),
         taps=tuple(taps),
         interval=args.interval,
+        pods_interval=args.pods_interval,
         heartbeat=args.heartbeat,
         max_backoff=args.max_backoff,
         auth_retry=args.auth_retry,

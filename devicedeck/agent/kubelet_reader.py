@@ -5,12 +5,16 @@ One thread owns the PodResources connection and makes every call, at most one a 
 what changed:
 
 - every `interval` seconds: both calls and the checkpoint (the safety net);
+- every `pods_interval` seconds: List, for pods that ended (see below);
 - the checkpoint re-written (inotify on device-plugins/): its pod entries changed -> List;
   its RegisteredDevices (the healthy set) changed -> GetAllocatableResources;
 - a plugin socket created or removed in device-plugins/ -> GetAllocatableResources;
 - the kubelet's sockets re-created (a kubelet restart) -> re-dial and both calls.
 
-The kubelet writes nothing when a pod is deleted, so deletions show at the next resync.
+The kubelet writes nothing when a pod ends: the checkpoint keeps a deleted pod's entries
+until its next write for another reason, and no file changes. Only List tells, so it is asked
+every `pods_interval` (1 s by default: a pod's end reaches the service about as fast as its
+start, which the checkpoint's write announces). An unchanged answer is not published.
 Failed calls (RESOURCE_EXHAUSTED, UNAVAILABLE, anything) back off with full jitter.
 """
 
@@ -85,6 +89,7 @@ class KubeletReader:
         metrics: AgentMetrics,
         *,
         interval: float,
+        pods_interval: float | None = None,
         backoff: Backoff,
         on_change: Callable[[KubeletView], None],
         on_plugin_sockets: Callable[[set[str], set[str]], None] = lambda created, removed: None,
@@ -94,6 +99,7 @@ class KubeletReader:
         self.paths = paths
         self._metrics = metrics
         self._interval = interval
+        self._pods_interval = min(interval, pods_interval or interval)
         self._backoff = backoff
         self._on_change = on_change
         self._on_plugin_sockets = on_plugin_sockets
@@ -176,27 +182,30 @@ class KubeletReader:
 
     # ---- the reader thread -----------------------------------------------------------------
 
-    def _wait_for_work(self, next_resync: float) -> tuple[bool, bool]:
-        """Block until something is due; returns (resync due, checkpoint dirty)."""
+    def _wait_for_work(self, next_resync: float, next_list: float) -> tuple[bool, bool, bool]:
+        """Block until something is due; returns (resync due, checkpoint dirty, List due)."""
         with self._cond:
             while not self._stopping:
                 now = self._clock()
                 if now >= next_resync:
-                    return True, False
+                    return True, False, False
+                if now >= next_list:
+                    return False, False, True
                 dirty_at = self._checkpoint_dirty_at
                 flagged = self._plugins_changed or self._kubelet_restarted or self._redial
                 if flagged or (dirty_at is not None and now >= dirty_at + DEBOUNCE_SECONDS):
-                    return False, dirty_at is not None and now >= dirty_at + DEBOUNCE_SECONDS
+                    dirty = dirty_at is not None and now >= dirty_at + DEBOUNCE_SECONDS
+                    return False, dirty, False
                 call_wait = self._spacer.wait_time()
                 if self._need and call_wait == 0:
-                    return False, False
-                timeouts = [next_resync - now]
+                    return False, False, False
+                timeouts = [next_resync - now, next_list - now]
                 if dirty_at is not None:
                     timeouts.append(dirty_at + DEBOUNCE_SECONDS - now)
                 if self._need:
                     timeouts.append(call_wait)
                 self._cond.wait(timeout=max(0.001, min(timeouts)))
-            return False, False
+            return False, False, False
 
     def _take_flags(self) -> tuple[bool, bool, bool]:
         with self._cond:
@@ -208,12 +217,16 @@ class KubeletReader:
         self._watches.ensure()
         self._read_checkpoint()
         next_resync = self._clock() + self._interval
+        next_list = self._clock() + self._pods_interval
         while True:
-            resync, checkpoint_dirty = self._wait_for_work(next_resync)
+            resync, checkpoint_dirty, list_due = self._wait_for_work(next_resync, next_list)
             if self._stopping:
                 return
             if resync:
                 next_resync = self._clock() + self._interval
+            if resync or list_due:
+                next_list = self._clock() + self._pods_interval
+                self._need.add(LIST)
             try:
                 self._step(resync, checkpoint_dirty)
             except Exception:
@@ -377,9 +390,10 @@ class KubeletReader:
         self._metrics.kubelet_last_success.set(self.last_success_at)
         now = datetime.now(UTC)
         if name == LIST:
+            changed = pods != self._view.pods
             self._view = replace(self._view, pods=pods, observed_at=now)
-        else:
-            self._view = replace(self._view, allocatable=allocatable, observed_at=now)
+            return changed
+        self._view = replace(self._view, allocatable=allocatable, observed_at=now)
         return True
 
     def _failed(self, call: str, code: str, detail: str) -> None:

@@ -28,6 +28,7 @@ from devicedeck.api.vocabulary import (
     EventKindChoice,
     HealthChoice,
     NodeSort,
+    PodStateChoice,
     StateChoice,
 )
 from devicedeck.inventory.fields import NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
@@ -209,7 +210,7 @@ def device(
     "/pods",
     operation_id="listPods",
     response_model=ListEnvelope[PodOut],
-    summary="Pods holding devices now",
+    summary="Pods that hold or held devices, newest first",
 )
 def pods(
     request: Request,
@@ -221,12 +222,18 @@ def pods(
     q: Annotated[
         str | None, Query(max_length=NAME_MAX, description="substring of the pod name")
     ] = None,
+    state: Annotated[
+        PodStateChoice,
+        Query(
+            max_length=16,
+            description="running (holds a device now), finished or any, in any letter case",
+        ),
+    ] = "any",
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
 ) -> dict[str, Any]:
-    page = list_pods(
-        session, PodFilters(namespace=namespace, node=node, q=q), clock, cursor=cursor, limit=limit
-    )
+    filters = PodFilters(namespace=namespace, node=node, q=q, state=state)
+    page = list_pods(session, filters, clock, cursor=cursor, limit=limit)
     return envelope(request, page)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from devicedeck.api.examples import AT, EARLIER, example, example_of
-from devicedeck.api.kube_models import DraDeviceOut, ExtendedResourceOut
+from devicedeck.api.kube_models import DraDeviceOut, ExtendedResourceOut, OwnerOut, PodDraDeviceOut
 from devicedeck.api.node_kube_models import NodeKubeStateOut
 from devicedeck.api.vocabulary import DeviceState, Health
 from devicedeck.inventory.events import EventKind
@@ -222,6 +222,7 @@ class PodDeviceOut(BaseModel):
     health: Health
     numa_nodes: list[int]
     started: str | None
+    ended: str | None = None
 
 
 class PodClaimOut(BaseModel):
@@ -244,6 +245,7 @@ class PodClaimOut(BaseModel):
     share_id: str | None
     cdi_devices: list[str]
     started: str | None
+    ended: str | None = None
 
 
 class ContainerOut(BaseModel):
@@ -264,7 +266,12 @@ class PodOut(BaseModel):
             "uid": "9f1c2d3e-0000-4a5b-8c6d-7e8f9a0b1c2d",
             "node": "gpu-node-1",
             "nodes": ["gpu-node-1"],
+            "running": True,
+            "started": EARLIER,
+            "ended": None,
+            "owner": {"kind": "Job", "name": "trainer"},
             "containers": [example_of(ContainerOut)],
+            "dra_devices": [],
         }
     )
 
@@ -273,7 +280,20 @@ class PodOut(BaseModel):
     uid: str | None
     node: str
     nodes: list[str]
-    containers: list[ContainerOut]
+    running: bool = Field(description="holds a device now")
+    started: str = Field(description="when its latest hold started")
+    ended: str | None = Field(description="a finished pod's last release")
+    owner: OwnerOut | None = Field(
+        description="the pod's controlling owner from its ownerReferences, when the cluster "
+        "integration knows the pod"
+    )
+    containers: list[ContainerOut] = Field(
+        description="a running pod's current holds; a finished pod's holds up to its last release"
+    )
+    dra_devices: list[PodDraDeviceOut] = Field(
+        description="devices a running pod holds through ResourceClaims that no node agent "
+        "reported, as the API server allocated them"
+    )
 
 
 class HealthSpanOut(BaseModel):
@@ -325,6 +345,26 @@ class PodContainerHistoryOut(BaseModel):
     claims: list[PodClaimHoldOut]
 
 
+class PodDraHoldOut(PodDraDeviceOut):
+    """A device a pod holds through a ResourceClaim as the API server allocated it, where no
+    node agent reported the claim."""
+
+    model_config = example(
+        {
+            **example_of(PodDraDeviceOut),
+            "started": EARLIER,
+            "ended": None,
+            "health_during": [example_of(HealthSpanOut)],
+            "unhealthy_while_held": True,
+        }
+    )
+
+    started: str
+    ended: str | None
+    health_during: list[HealthSpanOut]
+    unhealthy_while_held: bool
+
+
 class PodDetailOut(BaseModel):
     model_config = example(
         {
@@ -337,9 +377,11 @@ class PodDetailOut(BaseModel):
             "running": True,
             "started": EARLIER,
             "ended": None,
+            "owner": {"kind": "Job", "name": "trainer"},
             "unhealthy_while_held": False,
             "history_truncated": False,
             "containers": [example_of(PodContainerHistoryOut)],
+            "dra_holds": [],
         }
     )
 
@@ -352,9 +394,17 @@ class PodDetailOut(BaseModel):
     running: bool
     started: str
     ended: str | None
+    owner: OwnerOut | None = Field(
+        description="the pod's controlling owner from its ownerReferences, when the cluster "
+        "integration knows the pod"
+    )
     unhealthy_while_held: bool
     history_truncated: bool
     containers: list[PodContainerHistoryOut]
+    dra_holds: list[PodDraHoldOut] = Field(
+        description="devices held through ResourceClaims that no node agent reported, as the "
+        "API server allocated them"
+    )
 
 
 class ResourceTotals(Counts):

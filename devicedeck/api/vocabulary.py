@@ -15,6 +15,7 @@ from pydantic import WithJsonSchema
 from devicedeck.credentials.tokens import SCOPES
 from devicedeck.inventory.events import EVENT_KINDS
 from devicedeck.inventory.fields import HEALTH_VALUES
+from devicedeck.inventory.read.pods import POD_STATES
 from devicedeck.inventory.read.queries import DEVICE_SORTS, NODE_SORTS, STATE_VALUES
 from devicedeck.inventory.read.reliability import DEVICE_SORTS as RELIABILITY_DEVICE_SORTS
 from devicedeck.inventory.read.reliability import GROUP_SORTS as RELIABILITY_GROUP_SORTS
@@ -40,6 +41,7 @@ def published_enum(values: tuple[str, ...] | list[str]) -> WithJsonSchema:
 
 HealthChoice = Annotated[str, published_enum(HEALTH_VALUES)]
 StateChoice = Annotated[str, published_enum(STATE_VALUES)]
+PodStateChoice = Annotated[str, published_enum(POD_STATES)]
 EventKindChoice = Annotated[str, published_enum(EVENT_KINDS)]
 DeviceSort = Annotated[str, published_enum(_sorts(tuple(DEVICE_SORTS)))]
 NodeSort = Annotated[str, published_enum(_sorts(tuple(NODE_SORTS)))]

@@ -20,6 +20,7 @@ from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.write.other_writers import (
     apply_reported_health,
     join_allocations,
+    pod_name_reused,
     release_pod,
 )
 from devicedeck.kube.dra_health import apply_pod_dra_health, changed_health_reports
@@ -149,6 +150,7 @@ def apply_pod(
             select(KubePod).where(KubePod.uid == metadata["uid"])
         ).one_or_none()
     health_before: dict[str, Any] = {}
+    node_before = existing.node if existing is not None else None
     if existing is None:
         existing = KubePod(
             uid=metadata["uid"],
@@ -167,6 +169,8 @@ def apply_pod(
     if existing.deleted_at is not None:
         return existing
     if existing.node is not None:
+        if node_before is None:
+            pod_name_reused(session, existing)
         if join:
             join_allocations(session, existing.namespace, existing.name)
         if existing.phase not in TERMINAL_PHASES:

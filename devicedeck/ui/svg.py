@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from devicedeck.ui.templating import pathseg
+
 WIDTH = 480
 HEIGHT = 170
 LEFT = 40
@@ -248,22 +250,48 @@ def pod_timeline(pod: dict[str, Any], now: datetime, width: int = 1000) -> dict[
         seconds = (datetime.fromisoformat(moment) - start).total_seconds()
         return round(min(max(seconds / total, 0.0), 1.0) * width, 2)
 
+    def segments_of(hold: dict[str, Any]) -> list[dict[str, Any]]:
+        segments = []
+        for span in hold["health_during"]:
+            segment = _segment(
+                x(span["since"]),
+                x(span["until"]),
+                span["health"],
+                datetime.fromisoformat(span["since"]),
+                datetime.fromisoformat(span["until"]),
+            )
+            segments.append(segment)
+        if hold["ended"] is None and segments:
+            segments[-1]["end"] = None  # still held: "until now"
+        return segments
+
     lanes = []
     for container in pod["containers"]:
         for hold in container["devices"]:
-            segments = []
-            for span in hold["health_during"]:
-                segment = _segment(
-                    x(span["since"]),
-                    x(span["until"]),
-                    span["health"],
-                    datetime.fromisoformat(span["since"]),
-                    datetime.fromisoformat(span["until"]),
-                )
-                segments.append(segment)
-            if hold["ended"] is None and segments:
-                segments[-1]["end"] = None  # still held: "until now"
-            lanes.append({"container": container["name"], "hold": hold, "segments": segments})
+            lanes.append(
+                {
+                    "container": container["name"],
+                    "hold": hold,
+                    "href": f"/devices/{hold['id']}",
+                    "label": hold["device_id"],
+                    "resource": hold["resource"],
+                    "node": hold["node"],
+                    "segments": segments_of(hold),
+                }
+            )
+    for hold in pod.get("dra_holds") or []:
+        path = "/".join(pathseg(hold[key]) for key in ("driver", "pool", "device"))
+        lanes.append(
+            {
+                "container": f"claim {hold['claim']}",
+                "hold": hold,
+                "href": f"/dra/devices/{path}",
+                "label": hold["device"],
+                "resource": f"{hold['driver']} · {hold['pool']}",
+                "node": pod["node"],
+                "segments": segments_of(hold),
+            }
+        )
     return {
         "width": width,
         "start": start.isoformat(),

@@ -142,3 +142,22 @@ def test_end_to_end_on_postgresql(
         assert kinds.count("device_added") == 10
     finally:
         running.service.stop()
+
+
+def test_a_pods_end_shows_without_waiting_for_the_full_reread(
+    shared_service: RunningService,
+    sim_node: Callable[..., SimNode],
+    start_agent: Callable[..., Process],
+    api_for: Callable[[RunningService], Api],
+    node_name: str,
+) -> None:
+    """The kubelet writes nothing when a pod ends; the agent asks it for its pods often
+    enough on its own that the release shows, here with a full re-read an hour away."""
+    node = sim_node([f"{GPU}:4"])
+    api = api_for(shared_service)
+    start_agent(shared_service.url, shared_service.ingest_token, node.root, "--interval", "3600")
+    wait_until(lambda: counts(api, node_name) == (4, 0), message="the node's devices")
+    node.create_pod("ml", "job", {GPU: 2})
+    wait_until(lambda: counts(api, node_name) == (4, 2), message="the pod's devices held")
+    node.delete_pod("ml", "job")
+    wait_until(lambda: counts(api, node_name) == (4, 0), message="the pod's devices released")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from itertools import pairwise
+from typing import Any
 
 from .conftest import GPU, NIC, Api, dev, held, listandwatch, pod, podresources
 
@@ -81,3 +82,28 @@ def test_unknown_pod_is_404_in_the_error_shape(api: Api) -> None:
     response = api.client.get("/api/v1/pods/ml/never", headers=api.headers)
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_the_pods_list_finds_finished_pods_newest_first_and_by_state(api: Api) -> None:
+    """The question "did my job run on a bad GPU?" comes after the job ended: the list has it."""
+    api.ingest_listandwatch(listandwatch("node-f", [dev("g0"), dev("g1")], 1))
+    first = pod("early", containers={"main": [held(GPU, "g0")]})
+    second = pod("later", containers={"main": [held(GPU, "g1")]})
+    api.ingest_podresources(podresources("node-f", [first], 1))
+    api.ingest_podresources(podresources("node-f", [first, second], 2))
+    api.ingest_podresources(podresources("node-f", [second], 3))
+
+    def listed(**params: Any) -> list[tuple[str, bool]]:
+        results = api.get("/api/v1/pods", node="node-f", **params)["results"]
+        return [(p["name"], p["running"]) for p in results]
+
+    assert listed() == [("later", True), ("early", False)]
+    assert listed(state="any") == listed()
+    assert listed(state="running") == [("later", True)]
+    assert listed(state="Finished") == [("early", False)]
+    (early,) = api.get("/api/v1/pods", node="node-f", state="finished")["results"]
+    assert early["ended"] is not None and early["ended"] >= early["started"]
+    (container,) = early["containers"]
+    assert [(d["device_id"], d["ended"]) for d in container["devices"]] == [("g0", early["ended"])]
+    refused = api.get("/api/v1/pods", expect=422, state="gone")["error"]
+    assert [(d["field"], d["rule"]) for d in refused["details"]] == [("state", "enum")]

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.orm import Session, sessionmaker
+
+from devicedeck.clock import utcnow
+from devicedeck.db import write_session
+from devicedeck.kube.pod_sync import apply_pod_event
+
 from .conftest import (
     GPU,
     NIC,
@@ -128,3 +134,43 @@ def test_a_new_nodes_snapshot_sends_no_statement_per_pod_or_device(
         assert (result["added"], result["allocated"]) == (2 * size, size + 1)
         sent[size] = [s.split()[0].upper() for s in statements.statements]
     assert len(sent[24]) == len(sent[2]) > 0, sent
+
+
+def _cluster_pod(name: str, uid: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ml", "name": name, "uid": uid},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "resources": {"limits": {GPU: "1"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_snapshot_listing_a_deleted_pod_does_not_hold_its_device_again(
+    api: Api, session_factory: sessionmaker[Session]
+) -> None:
+    """Ingested over HTTP (on PostgreSQL the snapshot's own statement path): after the
+    cluster watcher saw the pod deleted, a snapshot that still lists it, without a UID or
+    with the deleted pod's, leaves the device with the one hold that ended."""
+    api.ingest_listandwatch(listandwatch("node-d", [dev("g0"), dev("g1")], 1))
+    with write_session(session_factory) as session:
+        apply_pod_event(session, "ADDED", _cluster_pod("p", "uid-p", "node-d"), utcnow())
+    holding = [pod("p", containers={"main": [held(GPU, "g0")]})]
+    assert api.ingest_podresources(podresources("node-d", holding, 1))["allocated"] == 1
+    with write_session(session_factory) as session:
+        apply_pod_event(session, "DELETED", _cluster_pod("p", "uid-p", "node-d"), utcnow())
+    assert api.get("/api/v1/pods/ml/p")["running"] is False
+
+    again = api.ingest_podresources(podresources("node-d", holding, 2))
+    assert again["allocated"] == 0
+    with_uid = [{**holding[0], "uid": "uid-p"}]
+    assert api.ingest_podresources(podresources("node-d", with_uid, 3))["allocated"] == 0
+    assert api.device("node-d", "g0")["allocation"] is None
+    history = api.get(f"/api/v1/devices/{api.device('node-d', 'g0')['id']}")
+    assert [(h["pod"], h["ended"] is not None) for h in history["allocation_history"]] == [
+        ("p", True)
+    ]
+    # A new pod under the name, its UID listed, holds the device.
+    new_uid = [{**holding[0], "uid": "uid-p2"}]
+    assert api.ingest_podresources(podresources("node-d", new_uid, 4))["allocated"] == 1

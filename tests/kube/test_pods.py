@@ -135,13 +135,24 @@ def test_allocations_reported_after_their_pod_get_its_uid(session_factory: Facto
     assert uids == [("a", "uid-a"), ("b", None)]
 
 
-def test_a_deleted_pods_release_does_not_hide_what_the_next_snapshot_says(
+def _holds(factory: Factory) -> list[tuple[str, str | None, str, bool]]:
+    """Every hold ever recorded: (pod, pod UID, device ID, still open), in order."""
+    with factory() as session:
+        rows = session.execute(
+            select(
+                Allocation.pod, Allocation.pod_uid, Allocation.device_id, Allocation.ended
+            ).order_by(Allocation.id)
+        )
+        return [(pod_, uid, device, ended is None) for pod_, uid, device, ended in rows]
+
+
+def test_a_deleted_pod_still_listed_by_the_kubelet_keeps_one_ended_hold(
     session_factory: Factory,
 ) -> None:
-    """The watcher ends a deleted pod's allocations, but the kubelet still lists the pod: the
-    next PodResources snapshot brings the allocation back whether or not its content changed
-    (an unchanged snapshot used to skip the apply and leave it released until the next
-    change)."""
+    """The watcher ends a deleted pod's holds; the kubelet lists the pod until it has cleaned
+    up after it, and a snapshot taken before the deletion can arrive after it. Such a snapshot
+    does not open a second hold of the same device for the same pod; a pod re-created under
+    the name (a new UID) does hold again, even when the kubelet's list did not change."""
     ingest_devices(session_factory, "node-a", GPU, {"gpu-0": "Healthy", "gpu-1": "Healthy"})
     held = [("ml", "p", GPU, ["gpu-0"])]
     ingest_allocations(session_factory, "node-a", held, seq=1)
@@ -151,18 +162,24 @@ def test_a_deleted_pods_release_does_not_hide_what_the_next_snapshot_says(
         )
     with write_session(session_factory) as session:
         apply_pod_list(session, [], utcnow())
+    assert _holds(session_factory) == [("p", "uid-p", "gpu-0", False)]
 
-    def current() -> list[tuple[str, str]]:
-        with session_factory() as session:
-            rows = session.execute(
-                select(Allocation.pod, Allocation.device_id)
-                .where(Allocation.ended.is_(None))
-                .order_by(Allocation.pod)
-            )
-            return [tuple(row) for row in rows]
-
-    assert current() == []
     ingest_allocations(session_factory, "node-a", held, seq=2)
-    assert current() == [("p", "gpu-0")]
-    ingest_allocations(session_factory, "node-a", [*held, ("ml", "q", GPU, ["gpu-1"])], seq=3)
-    assert current() == [("p", "gpu-0"), ("q", "gpu-1")]
+    assert _holds(session_factory) == [("p", "uid-p", "gpu-0", False)]
+    both = [*held, ("ml", "q", GPU, ["gpu-1"])]
+    ingest_allocations(session_factory, "node-a", both, seq=3)
+    assert _holds(session_factory) == [
+        ("p", "uid-p", "gpu-0", False),
+        ("q", None, "gpu-1", True),
+    ]
+
+    with write_session(session_factory) as session:
+        apply_pod_list(
+            session, [pod("ml", "p", node_name="node-a", limits={GPU: "1"}, uid="uid-p2")], utcnow()
+        )
+    ingest_allocations(session_factory, "node-a", both, seq=4)
+    assert [(p, d, open_) for p, _, d, open_ in _holds(session_factory)] == [
+        ("p", "gpu-0", False),
+        ("q", "gpu-1", True),
+        ("p", "gpu-0", True),
+    ]

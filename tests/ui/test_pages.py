@@ -233,14 +233,9 @@ def test_pods_page_lists_namespaces_pods_containers_devices(pages: Pages, ingest
     )
     ingest.pods("node-b", [held("ml", "trainer-1", "worker", GPU, "gpu-1"), pair])
     results = pages.dom("/pods").by_id("pod-results")
-    sections = results.find_all("section", class_="card card-flush namespace")
-    assert [s.one("h2").clean_text for s in sections] == ["Namespace ml"]
-    pods = sections[0].find_all("tbody", class_="pod")
-    assert [p.one("a", class_="pod-name").text for p in pods] == [
-        "pair",
-        "trainer-0",
-        "trainer-1",
-    ]
+    pods = results.find_all("tbody", class_="pod")
+    # Newest first: the two pods of the last snapshot by name, then the one before them.
+    assert [p.attrs["data-pod"] for p in pods] == ["ml/pair", "ml/trainer-1", "ml/trainer-0"]
 
     def containers(pod: Element) -> list[tuple[str, list[str]]]:
         return [
@@ -252,8 +247,11 @@ def test_pods_page_lists_namespaces_pods_containers_devices(pages: Pages, ingest
 
     assert containers(pods[0]) == [("left", ["gpu-0"]), ("right", ["nic-0"])]
     assert pods[0].one("th").attrs["rowspan"] == "2" and "node-b" in pods[0].clean_text
-    assert containers(pods[1]) == [("main", ["gpu-0", "gpu-1"])]
-    assert "node-a" in pods[1].clean_text
+    assert containers(pods[2]) == [("main", ["gpu-0", "gpu-1"])]
+    assert "node-a" in pods[2].clean_text
+    assert [p.one("td", class_="pod-state").find_all("span")[0].text for p in pods] == [
+        "Running"
+    ] * 3
     only_b = pages.dom("/pods?node=node-b&q=trainer").by_id("pod-results")
     assert [p.one("a", class_="pod-name").text for p in only_b.find_all("tbody", class_="pod")] == [
         "trainer-1"

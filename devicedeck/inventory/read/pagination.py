@@ -10,7 +10,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import BigInteger, ColumnElement, Select, any_, func, literal, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Select,
+    and_,
+    any_,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import QueryableAttribute, Session
 
@@ -71,6 +82,19 @@ def after_key(
     left = tuple_(*columns)
     right = tuple_(*(_bind(column, value) for column, value in zip(columns, values, strict=True)))
     return left < right if descending else left > right
+
+
+def after_newest_first(
+    time_column: Column, name_columns: Sequence[Column], values: list[Any]
+) -> ColumnElement[bool]:
+    """Rows strictly after the cursor's key in an order of newest time first, then names
+    ascending (the cursor holds the time, then the names)."""
+    moment = _bind(time_column, values[0])
+    names = tuple_(*name_columns)
+    after = tuple_(
+        *(_bind(column, value) for column, value in zip(name_columns, values[1:], strict=True))
+    )
+    return or_(time_column < moment, and_(time_column == moment, names > after))
 
 
 def _bind(column: Column, value: Any) -> ColumnElement[Any]:

@@ -8,7 +8,6 @@ a later pod (a StatefulSet's pod recreated) shows both, each hold carrying its p
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -16,90 +15,28 @@ from sqlalchemy import and_, func, select, union_all
 from sqlalchemy.orm import Session
 
 from devicedeck.clock import iso
+from devicedeck.inventory.dra.pods import (
+    claims_only_pod,
+    cluster_dra_holds,
+    latest_pod,
+    owner_of,
+    pod_dra_by_name,
+)
 from devicedeck.inventory.errors import NotFound
-from devicedeck.inventory.fields import UNHEALTHY, UNKNOWN
+from devicedeck.inventory.fields import UNHEALTHY
 from devicedeck.inventory.models import Allocation, ClaimAllocation, Device, Event, Node
 from devicedeck.inventory.read.freshness import Freshness
+from devicedeck.inventory.read.health_spans import (
+    EVENT_LIMIT,
+    NODE_EVENT_KINDS,
+    HealthChange,
+    health_during,
+)
 from devicedeck.inventory.read.history import HEALTH_EVENT_KINDS
 from devicedeck.inventory.read.pods import claim_summary
 from devicedeck.inventory.read.queries import effective_health
 
 HOLD_LIMIT = 500
-# Health changes read for one pod; a device that flapped more often than this while held is
-# shown up to the limit, and the answer says so.
-EVENT_LIMIT = 5000
-NODE_EVENT_KINDS = ("node_stale", "node_seen")
-REMOVED = "Removed"
-
-
-@dataclass(frozen=True)
-class _Change:
-    """One thing that moves a device's health state: its own event, or its node's."""
-
-    id: int
-    at: datetime
-    device_pk: int | None
-    node: str | None
-    kind: str
-    after: dict[str, Any]
-
-
-class _HealthState:
-    """A device's health as the dashboard shows it: Unknown while its node is stale, Removed
-    while the plugin no longer lists it, else what it last reported."""
-
-    def __init__(self) -> None:
-        self.reported = UNKNOWN
-        self.removed = False
-        self.node_stale = False
-
-    def apply(self, change: _Change) -> None:
-        if change.kind == "node_stale":
-            self.node_stale = True
-        elif change.kind == "node_seen":
-            self.node_stale = False
-        elif change.kind == "device_removed":
-            self.removed = True
-        else:
-            if change.kind in ("device_added", "device_reappeared"):
-                self.removed = False
-            health = change.after.get("health")
-            if health:
-                self.reported = str(health)
-
-    @property
-    def value(self) -> str:
-        if self.removed:
-            return REMOVED
-        if self.node_stale:
-            return UNKNOWN
-        return self.reported
-
-
-def health_during(
-    changes: list[_Change], started: datetime, ended: datetime
-) -> list[dict[str, Any]]:
-    """Segments of constant health between `started` and `ended`, from the changes (in time
-    order) of one device and its node."""
-    state = _HealthState()
-    segments: list[dict[str, Any]] = []
-    begin = started
-    for change in changes:
-        if change.at <= started:
-            state.apply(change)
-            continue
-        if change.at >= ended:
-            break
-        before = state.value
-        state.apply(change)
-        if state.value != before:
-            segments.append({"health": before, "since": begin, "until": change.at})
-            begin = change.at
-    segments.append({"health": state.value, "since": begin, "until": ended})
-    return [
-        {"health": s["health"], "since": s["since"].isoformat(), "until": s["until"].isoformat()}
-        for s in segments
-    ]
 
 
 def get_pod_history(
@@ -130,8 +67,15 @@ def get_pod_history(
         )
         .limit(HOLD_LIMIT)
     ).all()
+    cluster_pod = latest_pod(session, namespace, name)
+    dra = pod_dra_by_name(session, namespace, name) if cluster_pod is not None else None
+    # Claims no node agent reported (PodResources lists them only where the kubelet's
+    # DRA support does): the devices the API server allocated to them.
+    dra_holds = cluster_dra_holds(session, dra, clock.now) if dra and not claims else []
     if not holds and not claims:
-        raise NotFound(f"no pod {namespace}/{name} has held a device")
+        if dra is None or not dra_holds:
+            raise NotFound(f"no pod {namespace}/{name} has held a device")
+        return claims_only_pod(session, namespace, name, dra, clock.now)
 
     changes, truncated = _changes_for(session, [(row[0], row[1]) for row in holds], clock.now)
     containers: dict[str, dict[str, Any]] = defaultdict(lambda: {"devices": [], "claims": []})
@@ -180,9 +124,11 @@ def get_pod_history(
         "running": running,
         "started": iso(min(start for start, _ in spans)),
         "ended": None if running else iso(max(ends)),
-        "unhealthy_while_held": any(d["unhealthy_while_held"] for d in devices),
+        "owner": owner_of(cluster_pod) if cluster_pod is not None else None,
+        "unhealthy_while_held": any(d["unhealthy_while_held"] for d in [*devices, *dra_holds]),
         "history_truncated": truncated or len(holds) == HOLD_LIMIT,
         "containers": [{"name": key, **containers[key]} for key in sorted(containers)],
+        "dra_holds": dra_holds,
     }
 
 
@@ -194,7 +140,7 @@ def _note(seen: list[str], value: str | None) -> None:
 
 def _changes_for(
     session: Session, holds: list[tuple[Allocation, str]], now: datetime
-) -> tuple[list[_Change], bool]:
+) -> tuple[list[HealthChange], bool]:
     """The health events of the held devices and the stale/seen events of their nodes from
     the earliest hold's start on, plus the last of each before it (the state at the start)."""
     if not holds:
@@ -224,7 +170,7 @@ def _changes_for(
     ).all()
     truncated = len(rows) > EVENT_LIMIT
     changes = [
-        _Change(
+        HealthChange(
             id=row.id,
             at=row.at,
             device_pk=row.device_pk if row.kind not in NODE_EVENT_KINDS else None,

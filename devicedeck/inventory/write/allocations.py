@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -25,19 +25,29 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    tuple_,
     update,
 )
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
+from devicedeck.inventory.cluster.models import KubePod
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.fields import PRESENT, UNKNOWN
-from devicedeck.inventory.models import Allocation, ClaimAllocation, Device, NodeResource, table_of
+from devicedeck.inventory.models import (
+    Allocation,
+    ClaimAllocation,
+    Device,
+    Node,
+    NodeResource,
+    table_of,
+)
 from devicedeck.inventory.schemas import PodResourcesSnapshot
 from devicedeck.inventory.write.bulk import BulkInsert, BulkInsertReturning
 from devicedeck.inventory.write.node_limits import check_device_total
 from devicedeck.inventory.write.receipts import forget_content_hashes, listandwatch_stream
 
 AllocationKey = tuple[str, str, str, str, str]  # namespace, pod, container, resource, device ID
+PodName = tuple[str, str]  # namespace, name
 
 
 def wanted_allocations(
@@ -81,6 +91,10 @@ class PodsListed(NamedTuple):
     allocatable: dict[str, set[str]] | None
     referenced: set[tuple[str, str]]
     resources: set[str]
+
+    def pods_holding(self) -> list[PodName]:
+        """(namespace, name) of each pod the snapshot lists holding a device."""
+        return sorted({(key[0], key[1]) for key in self.wanted})
 
     def changes(
         self, node_id: int, holdings: NodeHoldings, now: datetime, *, max_node_devices: int | None
@@ -137,12 +151,14 @@ class NodeHoldings:
     (removed ones too) by (resource, device ID), how many devices the node has present (of
     every resource, for the per-node limit), its current allocations by AllocationKey, and
     whether it holds DRA claims now (None: not known, the node has no device to carry the
-    answer)."""
+    answer); and of the pods the snapshot lists holding devices, those the cluster watcher saw
+    deleted from this node with no pod of their name there since, with the UIDs they had."""
 
     devices: dict[tuple[str, str], HeldDevice]
     present: int
     allocations: dict[AllocationKey, CurrentAllocation]
     claims_open: bool | None = None
+    ended_pods: dict[PodName, set[str]] = field(default_factory=dict)
 
 
 # Two single-table reads, each by its node index (the statement-at-a-time path; PostgreSQL reads all
@@ -207,10 +223,13 @@ def holdings_of(
     allocations: Iterable[CurrentAllocation],
     resources: set[str],
     claims_open: bool | None,
+    ended_pods: Iterable[Sequence[str]] = (),
 ) -> NodeHoldings:
-    """NodeHoldings from the node's device rows (pk, resource, device ID, health, state) and
-    current allocations."""
+    """NodeHoldings from the node's device rows (pk, resource, device ID, health, state),
+    current allocations and ended pods (namespace, name, UID)."""
     holdings = NodeHoldings(devices={}, present=0, allocations={}, claims_open=claims_open)
+    for namespace, name, uid in ended_pods:
+        holdings.ended_pods.setdefault((namespace, name), set()).add(uid)
     for pk, resource, device_id, health, state in device_rows:
         holdings.present += state == PRESENT
         if resource in resources:
@@ -219,7 +238,9 @@ def holdings_of(
     return holdings
 
 
-def read_holdings(session: Session, node_id: int, resources: set[str]) -> NodeHoldings:
+def read_holdings(
+    session: Session, node_id: int, resources: set[str], pods: list[PodName]
+) -> NodeHoldings:
     """The node's holdings a statement at a time."""
     rows = session.execute(
         _NODE_DEVICES, {"node_id": node_id, "resources": sorted(resources)}
@@ -232,7 +253,35 @@ def read_holdings(session: Session, node_id: int, resources: set[str]) -> NodeHo
         (CurrentAllocation(*row) for row in current),
         resources,
         claims_open,
+        read_ended_pods(session, node_id, pods) if pods else (),
     )
+
+
+_live_pod = aliased(KubePod)
+
+
+def read_ended_pods(
+    session: Session, node_id: int, pods: list[PodName]
+) -> list[tuple[str, str, str]]:
+    """(namespace, name, UID) of the `pods` the cluster watcher saw deleted from the node,
+    unless a pod of the same name is on the node now (a StatefulSet's pod re-created)."""
+    node_name = select(Node.name).where(Node.id == node_id).scalar_subquery()
+    rows = session.execute(
+        select(KubePod.namespace, KubePod.name, KubePod.uid)
+        .where(
+            KubePod.node == node_name,
+            KubePod.deleted_at.is_not(None),
+            tuple_(KubePod.namespace, KubePod.name).in_(pods),
+            ~exists().where(
+                _live_pod.namespace == KubePod.namespace,
+                _live_pod.name == KubePod.name,
+                _live_pod.node == KubePod.node,
+                _live_pod.deleted_at.is_(None),
+            ),
+        )
+        .order_by(KubePod.id)
+    )
+    return [(row[0], row[1], row[2]) for row in rows]
 
 
 @dataclass
@@ -307,6 +356,8 @@ def allocation_changes(
     staying = current.keys() - ending
     started = []
     for namespace, pod, container, resource, device_id in sorted(wanted - staying):
+        if _ended_already(holdings.ended_pods, uids, namespace, pod):
+            continue
         device = devices.get((resource, device_id))
         started.append(
             {
@@ -328,6 +379,21 @@ def allocation_changes(
         learned_uids=learned_uids,
         started=started,
     )
+
+
+def _ended_already(
+    ended_pods: dict[PodName, set[str]], uids: dict[PodName, str], namespace: str, pod: str
+) -> bool:
+    """Whether a pod listed as holding a device is one the cluster watcher saw deleted: the
+    kubelet lists a pod until it has cleaned up after it, and the agent's snapshot may have been
+    taken before the deletion. Its hold ended with the deletion; starting another would give
+    the device a second hold of the same pod. A listed UID other than the deleted pod's is a
+    new pod."""
+    ended = ended_pods.get((namespace, pod))
+    if ended is None:
+        return False
+    uid = uids.get((namespace, pod))
+    return uid is None or uid in ended
 
 
 def log_allocation_changes(

@@ -47,7 +47,7 @@ from devicedeck.inventory.write.receipts import StreamReceipt, listandwatch_stre
 # is the node's id, or the SQL that finds it.
 _RECEIPT_AND_HOLDINGS = (
     "SELECT r.id, r.boot_id, r.seq, r.payload_hash, r.content_hash, r.boot_started_at,"
-    " h.devices, h.allocations, h.claims_open"
+    " h.devices, h.allocations, h.claims_open, h.ended_pods"
     " FROM (SELECT) AS one"
     " LEFT JOIN ingest_receipts r ON r.node_id = {node} AND r.stream = %(stream)s"
     " LEFT JOIN LATERAL (SELECT"
@@ -58,7 +58,15 @@ _RECEIPT_AND_HOLDINGS = (
     "   a.resource, a.device_id, a.device_pk, a.started))"
     "  FROM allocations a WHERE a.node_id = {node} AND a.ended IS NULL) AS allocations,"
     " EXISTS (SELECT FROM claim_allocations c WHERE c.node_id = {node} AND c.ended IS NULL)"
-    " AS claims_open"
+    " AS claims_open,"
+    # `read_ended_pods` in allocations.py, for the pods the snapshot lists holding devices.
+    " (SELECT json_agg(json_build_array(k.namespace, k.name, k.uid) ORDER BY k.id)"
+    "  FROM unnest(%(pod_namespaces)s::text[], %(pod_names)s::text[]) AS p(namespace, name)"
+    "  JOIN kube_pods k ON k.namespace = p.namespace AND k.name = p.name"
+    "  WHERE k.node = (SELECT n.name FROM nodes n WHERE n.id = {node})"
+    "  AND k.deleted_at IS NOT NULL"
+    "  AND NOT EXISTS (SELECT FROM kube_pods l WHERE l.namespace = k.namespace"
+    "   AND l.name = k.name AND l.node = k.node AND l.deleted_at IS NULL)) AS ended_pods"
     " WHERE r.content_hash IS DISTINCT FROM %(content_hash)s) AS h ON true"
 )
 _READ_RECEIPT_AND_HOLDINGS = _RECEIPT_AND_HOLDINGS.format(node="%(node_id)s")
@@ -70,23 +78,31 @@ READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE = _RECEIPT_AND_HOLDINGS.format(
 
 
 def read_receipt_and_holdings(
-    session: Session, node_id: int, stream: str, content_hash: str, resources: set[str]
+    session: Session, node_id: int, stream: str, content_hash: str, listed: PodsListed
 ) -> tuple[StreamReceipt | None, NodeHoldings | None]:
     """The stream's receipt (None before its first snapshot) and, unless the receipt says the
     content is unchanged, the node's holdings and whether it holds DRA claims now."""
+    resources = listed.resources
     parameters = {
         "node_id": node_id,
-        **receipt_and_holdings_parameters(stream, content_hash, resources),
+        **receipt_and_holdings_parameters(stream, content_hash, listed),
     }
     row = session.connection().exec_driver_sql(_READ_RECEIPT_AND_HOLDINGS, parameters).one()
     return receipt_and_holdings_of(row, resources)
 
 
 def receipt_and_holdings_parameters(
-    stream: str, content_hash: str, resources: set[str]
+    stream: str, content_hash: str, listed: PodsListed
 ) -> dict[str, Any]:
     """The read's parameters but for the node."""
-    return {"stream": stream, "content_hash": content_hash, "resources": sorted(resources)}
+    pods = listed.pods_holding()
+    return {
+        "stream": stream,
+        "content_hash": content_hash,
+        "resources": sorted(listed.resources),
+        "pod_namespaces": [namespace for namespace, _ in pods],
+        "pod_names": [name for _, name in pods],
+    }
 
 
 def receipt_and_holdings_of(
@@ -94,7 +110,7 @@ def receipt_and_holdings_of(
 ) -> tuple[StreamReceipt | None, NodeHoldings | None]:
     """`read_receipt_and_holdings`' answer, from the read's row."""
     receipt = None if row[0] is None else receipt_of(row[:6])
-    devices, allocations, claims_open = row[6:]
+    devices, allocations, claims_open, ended_pods = row[6:]
     if claims_open is None:
         return receipt, None
     return receipt, holdings_of(
@@ -117,6 +133,7 @@ def receipt_and_holdings_of(
         ),
         resources,
         claims_open,
+        ended_pods or (),
     )
 
 

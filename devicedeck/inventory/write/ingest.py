@@ -179,7 +179,7 @@ def _replace_allocations(
         )
     else:
         listed = pods_listed(snapshot)
-        holdings = read_holdings(session, node_id, listed.resources)
+        holdings = read_holdings(session, node_id, listed.resources, listed.pods_holding())
         changes = listed.changes(node_id, holdings, now, max_node_devices=max_node_devices)
         created = write_allocation_changes(session, node_id, changes, now)
         if listed.allocatable is not None:
@@ -228,9 +228,7 @@ def apply_snapshot(
     if isinstance(snapshot, PodResourcesSnapshot) and on_postgresql(session):
         # The receipt comes with the holdings a changed snapshot replaces.
         pods = pods_listed(snapshot)
-        receipt, holdings = read_receipt_and_holdings(
-            session, node_id, stream, content_hash, pods.resources
-        )
+        receipt, holdings = read_receipt_and_holdings(session, node_id, stream, content_hash, pods)
     elif node.new:
         receipt = None
     elif isinstance(snapshot, ListAndWatchSnapshot):

@@ -69,6 +69,28 @@ def join_allocations(
     )
 
 
+def pod_name_reused(session: Session, pod: KubePod) -> None:
+    """A live pod is on a node where a pod of its name was deleted. The node's PodResources
+    snapshots did not start holds for that name while only the deleted pod was known
+    (`allocation_changes`), so the stream's next snapshot must be applied in full to start
+    this pod's."""
+    if pod.node is None or pod.deleted_at is not None:
+        return
+    deleted_before = session.scalar(
+        select(KubePod.id).where(
+            KubePod.namespace == pod.namespace,
+            KubePod.name == pod.name,
+            KubePod.node == pod.node,
+            KubePod.deleted_at.is_not(None),
+        )
+    )
+    if deleted_before is None:
+        return
+    node_id = lock_node_id(session, pod.node)
+    if node_id is not None:
+        forget_content_hash(session, node_id, PODRESOURCES_STREAM)
+
+
 def release_pod(
     session: Session,
     *,

@@ -68,7 +68,7 @@ async def apply_pod_resources(
     parameters = {
         "node_name": snapshot.node,
         "now": now,
-        **receipt_and_holdings_parameters(PODRESOURCES_STREAM, content_hash, listed.resources),
+        **receipt_and_holdings_parameters(PODRESOURCES_STREAM, content_hash, listed),
     }
     log = EventLog(at=now, actor=actor)
     read = (READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE, parameters)

@@ -3,7 +3,6 @@ GET /pods/NAMESPACE/NAME (one pod, running or finished, and its devices' health 
 
 from __future__ import annotations
 
-from itertools import groupby
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,7 +13,7 @@ from devicedeck.inventory.errors import NotFound
 from devicedeck.inventory.fields import NAMESPACE_MAX
 from devicedeck.inventory.read.history import EventFilters, list_events
 from devicedeck.inventory.read.pod_history import get_pod_history
-from devicedeck.inventory.read.pods import PodFilters, list_pods
+from devicedeck.inventory.read.pods import ANY_STATE, FINISHED, RUNNING, PodFilters, list_pods
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import list_view, run_list_query
@@ -23,6 +22,8 @@ from devicedeck.ui.svg import pod_timeline
 from devicedeck.web.db_sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
+# The default, both, is left out of URLs.
+POD_STATE_CHOICES = {"": ANY_STATE, RUNNING: RUNNING, FINISHED: FINISHED, ANY_STATE: ANY_STATE}
 POD_EVENTS = 50
 
 
@@ -30,18 +31,17 @@ POD_EVENTS = 50
 def pods(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClock) -> Response:
     form = Form(request.query_params)
     filters = PodFilters(
-        namespace=form.text("namespace", NAMESPACE_MAX), node=form.text("node"), q=form.text("q")
+        namespace=form.text("namespace", NAMESPACE_MAX),
+        node=form.text("node"),
+        q=form.text("q"),
+        state=form.choice("state", POD_STATE_CHOICES),
     )
     limit = form.page_size()
     cursor = form.cursor()
-    state = form.state("namespace", "node", "q", "limit")
+    state = form.state("namespace", "node", "q", "state", "limit")
     page, problems = run_list_query(
         form, lambda: list_pods(session, filters, clock, cursor=cursor, limit=limit)
     )
-    namespaces: list[dict[str, Any]] = [
-        {"name": name, "pods": list(members)}
-        for name, members in groupby(page.items if page else [], key=lambda p: p["namespace"])
-    ]
     view = list_view(
         template="pods.html",
         path="/pods",
@@ -51,7 +51,6 @@ def pods(request: Request, viewer: Viewer, session: ReadSession, clock: QueryClo
         problems=problems,
         state=state,
         cursor=cursor,
-        namespaces=namespaces,
     )
     return respond(request, viewer, view)
 
@@ -69,9 +68,7 @@ def pod(
     try:
         detail = get_pod_history(session, namespace, name, clock)
     except NotFound:
-        if dra is not None:
-            detail = claims_only_pod(namespace, name, dra)
-        else:
+        if dra is None:
             return render_error(
                 request,
                 404,
@@ -81,6 +78,8 @@ def pod(
                 principal=viewer,
                 back="/pods",
             )
+        # Its claims hold no device yet: what the API server says of it.
+        detail = claims_only_pod(session, namespace, name, dra, clock.now)
     events = list_events(
         session, EventFilters(namespace=namespace, pod=name), limit=POD_EVENTS
     ).items

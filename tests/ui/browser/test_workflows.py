@@ -110,6 +110,27 @@ def test_operator_finds_the_pod_that_ran_on_a_failing_gpu(
     assert seen.problems == []
 
 
+def test_operator_finds_a_finished_pod_from_the_pods_list(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    async def steps(page: Page, base: str) -> None:
+        await page.goto(base + "/pods")
+        results = page.locator("#pod-results")
+        await expect(results.locator(".pod-state .tag-info").first).to_have_text("Running")
+        await page.locator("#f-state").select_option("finished")
+        await expect(page).to_have_url(re.compile(r"/pods\?state=finished$"))
+        await expect(results.locator(".pod-state .tag-info")).to_have_count(0)
+        finished = results.locator(".pod-state .tag-neutral")
+        await expect(finished.first).to_have_text("Finished")
+        await results.locator("a.pod-name").first.click()
+        await expect(page).to_have_url(re.compile(r"/pods/[^/]+/[^/]+$"))
+        await expect(page.locator("h1")).to_contain_text("Finished")
+        await expect(page.locator(".verdict")).to_be_visible()
+
+    seen = run_in_browser(database_url, session_factory, steps)
+    assert seen.problems == []
+
+
 def test_unknown_paths_show_the_404_page_with_an_icon(
     database_url: str, session_factory: sessionmaker[Session]
 ) -> None:
