@@ -30,7 +30,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -446,16 +446,6 @@ def check_baseline(route: Route, run: Run) -> None:
     )
 
 
-@pytest.fixture
-def trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DriverTrace]:
-    directory = tmp_path / "driver-trace"
-    directory.mkdir()
-    traced = DriverTrace(directory)
-    traced.install(monkeypatch)
-    yield traced
-    traced.close()
-
-
 @pytest.mark.parametrize(
     ("route", "database_url"),
     [pytest.param(route, route.database, id=route.name) for route in ROUTES],
@@ -466,8 +456,9 @@ def test_every_route_stores_what_sqlite_stores_at_its_pinned_cost(
     database_url: str,
     sqlite_template: Path,
     tmp_path: Path,
-    trace: DriverTrace,
+    driver_trace: DriverTrace,
 ) -> None:
+    trace = driver_trace
     run = run_route(route, database_url, trace)
     if route.database == "sqlite":
         reference = run
