@@ -365,7 +365,8 @@ def run_route(route: Route, database_url: str, trace: DriverTrace) -> Run:
     settings = Settings(
         database_url=database_url,
         auth=AuthMode.TOKEN,
-        stale_after=90,
+        # No node goes stale between two steps, however slowly a busy machine runs them.
+        stale_after=3600,
         # Checked once for the whole run: an expiry between two steps would add its lookup.
         token_cache_seconds=3600,
     )
