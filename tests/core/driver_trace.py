@@ -62,10 +62,6 @@ class Measured:
     statements: list[Sent] = field(default_factory=list)
     round_trips: int = 0
 
-    @property
-    def count(self) -> int:
-        return len(self.statements)
-
     def described(self) -> list[str]:
         return [str(sent) for sent in self.statements]
 

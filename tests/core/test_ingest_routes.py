@@ -183,13 +183,14 @@ def _event_loop(ingest: SnapshotIngest) -> None:
     ingest.drivers_connection = False
 
 
+SQLITE = Route(
+    "sqlite",
+    "sqlite",
+    "SQLite: every snapshot on the full path in a worker thread",
+    {"sqlite"},
+)
 ROUTES = [
-    Route(
-        "sqlite",
-        "sqlite",
-        "SQLite: every snapshot on the full path in a worker thread",
-        {"sqlite"},
-    ),
+    SQLITE,
     Route(
         "worker_thread",
         "postgresql",
@@ -466,7 +467,7 @@ def test_every_route_stores_what_sqlite_stores_at_its_pinned_cost(
     else:
         reference_file = tmp_path / "reference.db"
         shutil.copy(sqlite_template, reference_file)
-        reference = run_route(ROUTES[0], f"sqlite:///{reference_file}", trace)
+        reference = run_route(SQLITE, f"sqlite:///{reference_file}", trace)
 
     for step, answers, expected in zip(STEPS, run.answers, reference.answers, strict=True):
         assert answers == expected, step.name
