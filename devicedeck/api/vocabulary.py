@@ -12,10 +12,13 @@ from typing import Annotated, Literal
 
 from pydantic import WithJsonSchema
 
-from devicedeck.auth import SCOPES
+from devicedeck.credentials.tokens import SCOPES
 from devicedeck.inventory.events import EVENT_KINDS
 from devicedeck.inventory.fields import HEALTH_VALUES
-from devicedeck.inventory.queries import DEVICE_SORTS, NODE_SORTS, STATE_VALUES
+from devicedeck.inventory.read.queries import DEVICE_SORTS, NODE_SORTS, STATE_VALUES
+from devicedeck.inventory.read.reliability import DEVICE_SORTS as RELIABILITY_DEVICE_SORTS
+from devicedeck.inventory.read.reliability import GROUP_SORTS as RELIABILITY_GROUP_SORTS
+from devicedeck.inventory.read.reliability import WINDOWS
 
 Health = Literal["Healthy", "Unhealthy", "Unknown"]
 # A DRA device's reported health: Unknown only when a driver's health stream says so.
@@ -41,3 +44,6 @@ EventKindChoice = Annotated[str, published_enum(EVENT_KINDS)]
 DeviceSort = Annotated[str, published_enum(_sorts(tuple(DEVICE_SORTS)))]
 NodeSort = Annotated[str, published_enum(_sorts(tuple(NODE_SORTS)))]
 ScopeChoice = Annotated[str, published_enum(SCOPES)]
+WindowChoice = Annotated[str, published_enum(tuple(WINDOWS))]
+ReliabilityDeviceSort = Annotated[str, published_enum(_sorts(RELIABILITY_DEVICE_SORTS))]
+ReliabilityGroupSort = Annotated[str, published_enum(_sorts(RELIABILITY_GROUP_SORTS))]

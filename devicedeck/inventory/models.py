@@ -197,7 +197,7 @@ class Device(Base):
     last_seen: Mapped[datetime]
     removed_at: Mapped[datetime | None]
     # Removed although its derived stream still lists it: the Node's status counts fewer
-    # devices than the kubelet's lists show (devicedeck/inventory/derived_health.py).
+    # devices than the kubelet's lists show (devicedeck/inventory/write/derived_health.py).
     removed_by_capacity: Mapped[bool] = mapped_column(server_default=false())
     health_changed_at: Mapped[datetime | None]
     # Current allocations of this device; kept by triggers on allocations (migration 0005).
@@ -258,6 +258,36 @@ class Allocation(Base):
     device_id: Mapped[str] = mapped_column(String(253))
     started: Mapped[datetime]
     ended: Mapped[datetime | None]
+
+
+class DeviceIncident(Base):
+    """A spell of a device reported Unhealthy (kind `unhealthy`) or removed (kind `removed`):
+    open while `ended` is None. Kept by a trigger on the change log (migration 0017), in the
+    transaction of the event that starts or ends it, whoever writes it."""
+
+    __tablename__ = "device_incidents"
+    __table_args__ = (
+        Index("ix_device_incidents_device_started", "device_pk", "started"),
+        Index("ix_device_incidents_started", "started"),
+        Index(
+            "ix_device_incidents_open",
+            "device_pk",
+            "kind",
+            unique=True,
+            postgresql_where=text("ended IS NULL"),
+            sqlite_where=text("ended IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    device_pk: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    started: Mapped[datetime]
+    ended: Mapped[datetime | None]
+    # The device's node and resource, from the event: the ranking filters and groups by them
+    # without reading the devices.
+    node: Mapped[str | None] = mapped_column(String(253))
+    resource: Mapped[str | None] = mapped_column(String(316))
 
 
 class ClaimAllocation(Base):
@@ -419,4 +449,4 @@ class Notification(Base):
 
 # The cluster tables (filled by the cluster watcher) live in their own module; importing it keeps
 # Base.metadata complete for Alembic, the schema check and the tests' TRUNCATE.
-from devicedeck.inventory import cluster_models as _cluster_models  # noqa: E402,F401
+from devicedeck.inventory.cluster import models as _cluster_models  # noqa: E402,F401

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from devicedeck.inventory.derived_health import NOT_OFFERED_NO_STATUS
+from devicedeck.inventory.write.derived_health import NOT_OFFERED_NO_STATUS
 from devicedeck.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")
@@ -62,6 +62,7 @@ NAV_ITEMS = (
     ("nodes", "Nodes", "/nodes"),
     ("devices", "Devices", "/devices"),
     ("pods", "Pods", "/pods"),
+    ("reliability", "Reliability", "/reliability"),
     ("events", "Events", "/events"),
 )
 # htmx settings: no injected <style> (the CSP forbids inline styles), no eval, no history
@@ -100,6 +101,13 @@ def health_label(device: Any) -> str:
     if device.get("health_detail") == NOT_OFFERED_NO_STATUS:
         return UNSURE_LABEL
     return str(device.get("health"))
+
+
+def numa_label(numa_nodes: list[int]) -> str:
+    """A group of a node's devices named by the NUMA nodes its devices sit on."""
+    if not numa_nodes:
+        return "No NUMA affinity"
+    return "NUMA " + " + ".join(str(n) for n in numa_nodes)
 
 
 def number(value: Any) -> str:
@@ -145,7 +153,14 @@ def duration(start: str | None, end: str | None, now: datetime) -> str:
         return NOTHING
     begin = datetime.fromisoformat(start)
     finish = datetime.fromisoformat(end) if end else now
-    seconds = max(0, int((finish - begin).total_seconds()))
+    return length((finish - begin).total_seconds())
+
+
+def length(seconds: float | None) -> str:
+    """A span of time in words: seconds, minutes, hours and minutes, or days and hours."""
+    if seconds is None:
+        return NOTHING
+    seconds = max(0, int(seconds))
     if seconds < 60:
         return f"{seconds} s"
     minutes = seconds // 60
@@ -197,6 +212,7 @@ def build_environment() -> Environment:
         health_icon=health_icon,
         health_label=health_label,
         number=number,
+        numa_label=numa_label,
         event_label=event_label,
         event_tone=event_tone,
         iso_utc=iso_utc,
@@ -208,6 +224,7 @@ def build_environment() -> Environment:
         share=share,
         query_url=query_url,
         duration=duration,
+        length=length,
         htmx_config=HTMX_CONFIG,
         nav_items=NAV_ITEMS,
     )

@@ -42,13 +42,13 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from devicedeck.api.ingest import IngestResponse
-from devicedeck.auth import create_token
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode, Settings
+from devicedeck.credentials.tokens import create_token
 from devicedeck.db import create_db_engine, make_session_factory, write_session
-from devicedeck.inventory.ingest import SnapshotIngest
 from devicedeck.inventory.models import Base
 from devicedeck.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot, repeat_digest
+from devicedeck.inventory.write.ingest import SnapshotIngest
 from devicedeck.main import create_app
 from devicedeck.web.state import service_state
 

@@ -13,16 +13,16 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.api import vocabulary
-from devicedeck.auth import SCOPES, authenticate
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode, KubeMode, Settings
-from devicedeck.dashboard_sessions import SessionLimits, start_session
+from devicedeck.credentials.dashboard_sessions import SessionLimits, start_session
+from devicedeck.credentials.tokens import SCOPES, authenticate
 from devicedeck.db import write_session
+from devicedeck.inventory.dra.health_reports import SOURCE as STREAM_SOURCE
 from devicedeck.inventory.events import EVENT_KINDS
 from devicedeck.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED
-from devicedeck.inventory.node_status import DEVICE_PLUGIN, MANUAL
+from devicedeck.inventory.read.node_status import DEVICE_PLUGIN, MANUAL
 from devicedeck.kube.dra_health import CLAIM_STATUS, POD_STATUS
-from devicedeck.kube.dra_health_report import SOURCE as STREAM_SOURCE
 from devicedeck.main import create_app
 
 from .conftest import Api
@@ -42,6 +42,11 @@ OPERATIONS = {
     ("GET", "/api/v1/pods/{namespace}/{name}"): "getPod",
     ("GET", "/api/v1/resources"): "listResources",
     ("GET", "/api/v1/events"): "listEvents",
+    ("GET", "/api/v1/reliability/devices"): "listReliabilityDevices",
+    ("GET", "/api/v1/reliability/devices/{id}"): "getDeviceReliability",
+    ("GET", "/api/v1/reliability/nodes"): "listReliabilityNodes",
+    ("GET", "/api/v1/reliability/resources"): "listReliabilityResources",
+    ("GET", "/api/v1/reliability/labels"): "listReliabilityByLabel",
     ("GET", "/api/v1/tokens"): "listTokens",
     ("POST", "/api/v1/tokens"): "createToken",
     ("DELETE", "/api/v1/tokens/{name}"): "revokeToken",

@@ -345,6 +345,27 @@ def check_ingest_by_hand(ran: Ran, demo: Demo) -> None:
     assert [d["device_id"] for d in unhealthy] == ["dongle-1"]
 
 
+def check_costly_devices(ran: Ran, demo: Demo) -> None:
+    """README "API overview": the devices that cost the most jobs this week, most pods hit
+    first, each with its figures and the pods' names. The demo's workload makes devices
+    fail from the start, so there is something to rank."""
+    answer = json.loads(ran.stdout)
+    results = answer["results"]
+    assert results, answer
+    hits = [r["pods_hit"] for r in results]
+    assert hits == sorted(hits, reverse=True), hits
+    assert all(len(r["pods_hit_names"]) == r["pods_hit"] for r in results), results
+    assert all(r["failures"] or r["removals"] for r in results), results
+
+
+def check_failing_nodes(ran: Ran, demo: Demo) -> None:
+    """docs/reliability.md: per node as CSV, most failures first."""
+    lines = ran.stdout.strip().splitlines()
+    assert lines[0] == "node,devices,failures,unhealthy_seconds,removals,pods_hit", lines
+    failures = [int(line.split(",")[2]) for line in lines[1:]]
+    assert failures and failures == sorted(failures, reverse=True), lines
+
+
 CHECKS: dict[str, Callable[[Ran, Demo], None]] = {
     "try-a-pod": check_try_a_pod,
     "cluster-kubectl": check_cluster_kubectl,
@@ -353,6 +374,8 @@ CHECKS: dict[str, Callable[[Ran, Demo], None]] = {
     "cluster-uncordon": check_cluster_uncordon,
     "advertise-by-hand": check_advertise_by_hand,
     "ingest-by-hand": check_ingest_by_hand,
+    "costly-devices": check_costly_devices,
+    "failing-nodes": check_failing_nodes,
 }
 
 # How the first line of a shell block that is not run begins -> why it is not run.

@@ -9,16 +9,22 @@ from fastapi.responses import HTMLResponse, Response
 
 from devicedeck.inventory.errors import NotFound
 from devicedeck.inventory.fields import HEALTH_VALUES, NAMESPACE_MAX, RESOURCE_MAX
-from devicedeck.inventory.history import EventFilters, list_events
-from devicedeck.inventory.overview import node_names, resource_names
-from devicedeck.inventory.queries import DeviceFilters, get_device, list_devices
+from devicedeck.inventory.read.history import EventFilters, list_events
+from devicedeck.inventory.read.overview import node_names, resource_names
+from devicedeck.inventory.read.queries import DeviceFilters, get_device, list_devices
+from devicedeck.inventory.read.reliability import (
+    DEFAULT_WINDOW,
+    choose_window,
+    device_figures,
+    recent_failures,
+)
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.actions import device_commands, device_link
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import export_url, list_page
 from devicedeck.ui.render import View, render_error, respond
 from devicedeck.ui.svg import timeline
-from devicedeck.web.sessions import QueryClock, ReadSession
+from devicedeck.web.db_sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 
@@ -87,8 +93,11 @@ def device(
             back="/devices",
         )
     events = list_events(session, EventFilters(device=detail["id"]), limit=DEVICE_EVENTS).items
+    pk = detail["id"]
     context: dict[str, Any] = {
         "device": detail,
+        "reliability": device_figures(session, pk, choose_window(clock.now, DEFAULT_WINDOW)),
+        "failures_24h": recent_failures(session, clock.now, device_pk=pk).get(pk, 0),
         "commands": device_commands(detail),
         "link_out": device_link(request.app.state.settings.device_link_template, detail),
         "events": events,
@@ -104,6 +113,6 @@ def device(
             context,
             title=f"{detail['device_id']} on {detail['node']}",
             nav="devices",
-            regions=("device-summary", "device-history"),
+            regions=("device-summary", "device-reliability", "device-history"),
         ),
     )

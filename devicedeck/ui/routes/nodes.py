@@ -7,25 +7,36 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from devicedeck.inventory.dra_devices import dra_devices_of_node
-from devicedeck.inventory.dra_overview import group_by_pool
+from devicedeck.inventory.dra.devices import dra_devices_of_node
+from devicedeck.inventory.dra.overview import group_by_pool
 from devicedeck.inventory.errors import NotFound
 from devicedeck.inventory.fields import RESOURCE_MAX
-from devicedeck.inventory.history import EventFilters, list_events
-from devicedeck.inventory.node_status import DEVICE_PLUGIN
-from devicedeck.inventory.overview import (
+from devicedeck.inventory.read.history import EventFilters, list_events
+from devicedeck.inventory.read.node_status import DEVICE_PLUGIN
+from devicedeck.inventory.read.overview import (
     node_device_groups,
     pods_holding_devices_of,
     resource_names,
 )
-from devicedeck.inventory.queries import NodeFilters, get_node, list_nodes
+from devicedeck.inventory.read.queries import NodeFilters, get_node, list_nodes
+from devicedeck.inventory.read.reliability import (
+    DEFAULT_WINDOW,
+    Ranking,
+    ReliabilityFilters,
+    choose_window,
+    flaps,
+    recent_failures,
+)
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.actions import node_commands
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import list_page
 from devicedeck.ui.render import View, render_error, respond
-from devicedeck.web.sessions import QueryClock, ReadSession
+from devicedeck.web.db_sessions import QueryClock, ReadSession
 from devicedeck.web.state import service_state
+
+# The node's worst devices shown on its page; the rest are on /reliability.
+NODE_RELIABILITY_ROWS = 5
 
 router = APIRouter(include_in_schema=False)
 
@@ -75,9 +86,18 @@ def node(
             back="/nodes",
         )
     groups = node_device_groups(session, name, clock, detail["resources"])
+    failures_24h = recent_failures(session, clock.now, node=name)
+    ranking = Ranking(
+        session, ReliabilityFilters(node=name), choose_window(clock.now, DEFAULT_WINDOW)
+    )
     context: dict[str, Any] = {
         "node": detail,
         "groups": groups,
+        "failures_24h": failures_24h,
+        "flapping": {pk for pk, failures in failures_24h.items() if flaps(failures)},
+        "reliability": ranking.devices(limit=NODE_RELIABILITY_ROWS),
+        "reliability_totals": ranking.groups("node").items,
+        "reliability_window": ranking.window,
         "holders": pods_holding_devices_of(session, name),
         "commands": node_commands(name),
         # The same rows as the API's: one rule tells plugin-backed from hand-advertised.
@@ -100,6 +120,13 @@ def node(
             context,
             title=name,
             nav="nodes",
-            regions=("node-summary", "node-devices", "node-dra", "node-side", "node-events"),
+            regions=(
+                "node-summary",
+                "node-devices",
+                "node-dra",
+                "node-reliability",
+                "node-side",
+                "node-events",
+            ),
         ),
     )
