@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from devicedeck.config import Settings
 from devicedeck.inventory.models import Base
 from devicedeck.main import create_app
+
+from .driver_trace import DriverTrace
 
 OBSERVED_AT = "2026-12-02T12:00:00Z"
 BOOT = "boot-a"
@@ -267,6 +270,24 @@ def statements(quiet_api: Api) -> Iterator[StatementCounter]:
     yield counter
     for watched in engines:
         event.remove(watched, "before_cursor_execute", counter._on_execute)
+
+
+@pytest.fixture
+def driver_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DriverTrace]:
+    """Every database connection opened from now on, traced at its driver (driver_trace.py)."""
+    directory = tmp_path / "driver-trace"
+    directory.mkdir()
+    trace = DriverTrace(directory)
+    trace.install(monkeypatch)
+    yield trace
+    trace.close()
+
+
+@pytest.fixture
+def traced_api(driver_trace: DriverTrace, quiet_api: Api) -> Api:
+    """quiet_api, opened after driver_trace: every statement its app sends on any connection,
+    the driver's own included, is seen by `driver_trace.measure()`."""
+    return quiet_api
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 60.0, what: str = "it") -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from devicedeck.inventory.write.unchanged import _ADVANCE_UNCHANGED_ROWS_SQL
-
 from .conftest import (
     GPU,
     NIC,
@@ -16,6 +14,26 @@ from .conftest import (
     pod,
     podresources,
 )
+from .driver_trace import DriverTrace, Measured
+
+# A changed snapshot on the driver's connection: BEGIN, the node's lock and the stream's read in
+# the first round trip; the closing statement and COMMIT in the second.
+ON_THE_DRIVERS_CONNECTION = [
+    "driver: BEGIN",
+    "driver: WITH",
+    "driver: SELECT",
+    "driver: WITH",
+    "driver: COMMIT",
+]
+
+
+def on_postgresql(api: Api) -> bool:
+    return bool(api.client.app.state.engine.dialect.name == "postgresql")  # type: ignore[attr-defined]
+
+
+def assert_on_the_drivers_connection(sent: Measured) -> None:
+    assert sent.described() == ON_THE_DRIVERS_CONNECTION, sent.statements
+    assert sent.round_trips == 2, sent.statements
 
 
 def grow(api: Api, nodes: range) -> None:
@@ -126,35 +144,41 @@ def test_detail_statement_counts_do_not_grow_with_history(
 
 
 def test_unchanged_snapshot_costs_one_statement_on_postgresql_two_on_sqlite(
-    quiet_api: Api, statements: StatementCounter
+    traced_api: Api, driver_trace: DriverTrace
 ) -> None:
     """The common case of a node agent's life: same content, next seq. Only the node's last
-    seen time and the stream's receipt are written. On PostgreSQL that is one statement, run on
-    the driver's connection (`_ADVANCE_UNCHANGED_ROWS_SQL`), so SQLAlchemy sees none."""
-    api = quiet_api
+    seen time and the stream's receipt are written. On PostgreSQL that is one statement, in one
+    round trip, on the driver's connection (`ADVANCE_UNCHANGED_SQL`); on SQLite two, in their
+    transaction."""
+    api = traced_api
     devices = [dev("gpu-0"), dev("gpu-1")]
     api.ingest_listandwatch(listandwatch("node-a", devices, 1))
     api.ingest_listandwatch(listandwatch("node-a", devices, 2))
     pods = [pod("p", containers={"c": [held(GPU, "gpu-0")]})]
     api.ingest_podresources(podresources("node-a", pods, 1))
     api.ingest_podresources(podresources("node-a", pods, 2))
-    on_postgresql = statements.engine.dialect.name == "postgresql"
-    assert "UPDATE nodes" in _ADVANCE_UNCHANGED_ROWS_SQL
-    assert "UPDATE ingest_receipts" in _ADVANCE_UNCHANGED_ROWS_SQL
     for seq in (3, 4):
         for post, body in (
             (api.ingest_listandwatch, listandwatch("node-a", devices, seq)),
             (api.ingest_podresources, podresources("node-a", pods, seq)),
         ):
             seen = api.get("/api/v1/nodes/node-a")["last_seen"]
-            with statements:
+            with driver_trace.measure() as sent:
                 assert post(body)["changed"] is False
-            if on_postgresql:
-                assert statements.statements == []
+            if on_postgresql(api):
+                assert sent.described() == ["driver: WITH"], sent.statements
+                assert sent.round_trips == 1
+                [statement] = sent.statements
+                assert "UPDATE nodes" in statement.sql, statement.sql
+                assert "UPDATE ingest_receipts" in statement.sql, statement.sql
             else:
-                sent = [s.split()[0].upper() for s in statements.statements]
                 # The token was checked on the first request and is cached now: no SELECT.
-                assert sent == ["BEGIN", "UPDATE", "UPDATE"], sent
+                assert sent.described() == [
+                    "sqlite: BEGIN",
+                    "sqlite: UPDATE",
+                    "sqlite: UPDATE",
+                    "sqlite: COMMIT",
+                ], sent.statements
             # Both writes happened: the node was seen, and the seq is now the stream's last.
             assert api.get("/api/v1/nodes/node-a")["last_seen"] > seen
             assert post(body)["duplicate"] is True
@@ -190,27 +214,26 @@ def test_a_changed_snapshot_sends_no_statement_per_pod(
 
 
 def test_a_changed_podresources_snapshot_goes_on_the_drivers_connection_on_postgresql(
-    quiet_api: Api, statements: StatementCounter
+    traced_api: Api, driver_trace: DriverTrace
 ) -> None:
     """A changed PodResources snapshot without DRA claims, on PostgreSQL: the node's lock and
     the read of its receipt and holdings, then one statement with the allocation changes, the
     devices it creates, the receipt and the events, on a pooled connection of the driver
     (`apply_pod_resources`), so SQLAlchemy sees none. SQLite writes them one by one. Either
     way all of them happen."""
-    api = quiet_api
+    api = traced_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
     api.ingest_podresources(
         podresources("node-a", [pod("a", containers={"m": [held(GPU, "gpu-0")]})], 1)
     )
     moved = [pod("b", containers={"m": [held(GPU, "gpu-1", "gpu-2")]})]
-    with statements:
+    with driver_trace.measure() as sent:
         result = api.ingest_podresources(podresources("node-a", moved, 2))
     assert (result["added"], result["released"], result["allocated"]) == (1, 1, 2)
-    if statements.engine.dialect.name == "postgresql":
-        assert statements.statements == []
+    if on_postgresql(api):
+        assert_on_the_drivers_connection(sent)
     else:
-        sent = [s.split()[0].upper() for s in statements.statements]
-        assert sent.count("INSERT") >= 3, sent
+        assert sent.described().count("sqlite: INSERT") >= 3, sent.statements
     kinds = [
         e["kind"]
         for e in sorted(api.get("/api/v1/events", node="node-a")["results"], key=lambda e: e["id"])
@@ -221,22 +244,23 @@ def test_a_changed_podresources_snapshot_goes_on_the_drivers_connection_on_postg
 
 
 def test_a_health_flip_goes_on_the_drivers_connection_on_postgresql(
-    quiet_api: Api, statements: StatementCounter
+    traced_api: Api, driver_trace: DriverTrace
 ) -> None:
     """A health flip on a stream this process has stored, on PostgreSQL: the node's lock, the
     stream's read, then the device's change, the receipt and the event, all on a pooled
     connection of the driver (`apply_listed_devices`), so SQLAlchemy sees none. SQLite writes
     them one by one. Either way all of them happen."""
-    api = quiet_api
+    api = traced_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
     flipped = listandwatch("node-a", [dev("gpu-0", "Unhealthy"), dev("gpu-1")], 2)
-    with statements:
+    with driver_trace.measure() as sent:
         assert api.ingest_listandwatch(flipped)["health_changes"] == 1
-    if statements.engine.dialect.name == "postgresql":
-        assert statements.statements == []
+    if on_postgresql(api):
+        assert_on_the_drivers_connection(sent)
     else:
-        sent = [s.split()[0].upper() for s in statements.statements]
-        assert sent.count("UPDATE") >= 2 and sent.count("INSERT") == 1, sent
+        verbs = sent.described()
+        assert verbs.count("sqlite: UPDATE") >= 2, sent.statements
+        assert verbs.count("sqlite: INSERT") == 1, sent.statements
     devices = api.get("/api/v1/devices", node="node-a")["results"]
     assert {d["device_id"]: d["health"] for d in devices} == {
         "gpu-0": "Unhealthy",
@@ -249,20 +273,20 @@ def test_a_health_flip_goes_on_the_drivers_connection_on_postgresql(
 
 
 def test_a_new_device_on_a_known_stream_goes_on_the_drivers_connection_on_postgresql(
-    quiet_api: Api, statements: StatementCounter
+    traced_api: Api, driver_trace: DriverTrace
 ) -> None:
     """A changed snapshot that lists a new device, on PostgreSQL: the node's lock and the
     stream's read, then the new device's row, the other device's change, the receipt and the
     events in one statement, on the driver's connection. The device_added event names the
     device the same statement inserted."""
-    api = quiet_api
+    api = traced_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0"), dev("gpu-1")], 1))
     grown = listandwatch("node-a", [dev("gpu-0", "Unhealthy"), dev("gpu-1"), dev("gpu-2")], 2)
-    with statements:
+    with driver_trace.measure() as sent:
         result = api.ingest_listandwatch(grown)
     assert (result["added"], result["health_changes"], result["events"]) == (1, 1, 2)
-    if statements.engine.dialect.name == "postgresql":
-        assert statements.statements == []
+    if on_postgresql(api):
+        assert_on_the_drivers_connection(sent)
     added = api.get("/api/v1/events", kind="device_added", node="node-a")["results"]
     assert sorted(e["device_id"] for e in added) == ["gpu-0", "gpu-1", "gpu-2"]
     devices = api.get("/api/v1/devices", node="node-a")["results"]
@@ -278,18 +302,18 @@ def test_a_new_device_on_a_known_stream_goes_on_the_drivers_connection_on_postgr
 
 
 def test_a_new_nodes_device_list_goes_on_the_drivers_connection_on_postgresql(
-    quiet_api: Api, statements: StatementCounter
+    traced_api: Api, driver_trace: DriverTrace
 ) -> None:
     """A new node's first snapshot on PostgreSQL: the node's row, inserted where there is no
     row to lock, and the stream's read; then its devices, its receipt and its events, all on
     the driver's connection."""
-    api = quiet_api
+    api = traced_api
     api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))  # checks the token
     body = listandwatch("node-b", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 1)
-    with statements:
+    with driver_trace.measure() as sent:
         assert api.ingest_listandwatch(body)["added"] == 2
-    if statements.engine.dialect.name == "postgresql":
-        assert statements.statements == []
+    if on_postgresql(api):
+        assert_on_the_drivers_connection(sent)
     events = api.get("/api/v1/events", node="node-b")["results"]
     # Newest first.
     assert [(e["kind"], e["device_id"]) for e in reversed(events)] == [
@@ -305,22 +329,33 @@ def test_a_new_nodes_device_list_goes_on_the_drivers_connection_on_postgresql(
 
 
 def test_a_new_node_the_drivers_connection_does_not_take_closes_in_one_statement(
-    quiet_api: Api, statements: StatementCounter
+    traced_api: Api, driver_trace: DriverTrace
 ) -> None:
     """A new node's first snapshot with its plugin's registration takes the full path on
     PostgreSQL: the node's row, inserted where there is no row to lock, in the locking
     statement; its devices; its registration; then its receipt with its events."""
-    api = quiet_api
-    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1))  # checks the token
+    api = traced_api
     plugin = {"endpoint": "gpu.sock", "version": "v1beta1"}
+    # Checks the token and opens the session's first connection, whose setup queries the
+    # engine sends once.
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 1, plugin=plugin))
     body = listandwatch("node-b", [dev("gpu-0"), dev("gpu-1", "Unhealthy")], 1, plugin=plugin)
-    with statements:
+    with driver_trace.measure() as sent:
         assert api.ingest_listandwatch(body)["added"] == 2
-    if statements.engine.dialect.name == "postgresql":
-        assert statements.count == 4, statements.statements
-        locking, closing = statements.statements[0], statements.statements[-1]
+    if on_postgresql(api):
+        # Each statement a round trip of its own, in the session's transaction.
+        assert sent.described() == [
+            "session: BEGIN",
+            "session: WITH",
+            "session: INSERT",
+            "session: INSERT",
+            "session: WITH",
+            "session: COMMIT",
+        ], sent.statements
+        assert sent.round_trips == 6
+        locking, closing = sent.statements[1].sql, sent.statements[-2].sql
         assert "FOR UPDATE" in locking and "INSERT INTO nodes" in locking
-        assert "INSERT INTO devices" in statements.statements[1]
+        assert "INSERT INTO devices" in sent.statements[2].sql
         assert "INSERT INTO ingest_receipts" in closing and "INSERT INTO events" in closing
     kinds = sorted(e["kind"] for e in api.get("/api/v1/events", node="node-b")["results"])
     assert kinds == ["device_added", "device_added", "node_added", "plugin_registered"]

@@ -456,6 +456,9 @@ class SnapshotIngest:
         self.max_node_devices = max_node_devices
         self.stale_after = stale_after
         self.recent = RecentContent()
+        # Off, a changed snapshot takes the full path even where the driver's connection
+        # would do: the full path's own results are what that route is checked against.
+        self.drivers_connection = True
         self.unchanged = (
             None
             if event_loop_database is None
@@ -516,7 +519,7 @@ class SnapshotIngest:
         applied: IngestResult | None = None
         if unchanged:
             applied = IngestResult()
-        elif database is not None and not try_unchanged_first:
+        elif database is not None and not try_unchanged_first and self.drivers_connection:
             applied = await self._apply_on_the_drivers_connection(
                 database, snapshot, content_hash, actor, body_bytes
             )
