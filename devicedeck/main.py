@@ -10,7 +10,7 @@ from datetime import timedelta
 from fastapi import Depends, FastAPI
 
 from devicedeck import __version__
-from devicedeck.api import docs, ingest, inventory, kube, openapi, service, tokens
+from devicedeck.api import docs, ingest, inventory, kube, openapi, service, tokens, watchlist
 from devicedeck.auth import ANONYMOUS_READER, TokenCache
 from devicedeck.background import (
     clock_of,
@@ -142,10 +142,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(service.router)
     app.include_router(inventory.router)
     app.include_router(tokens.router)
+    app.include_router(watchlist.router)
     app.include_router(docs.router)
     kube.install(app)
     install_ui(app)
-    api_routers = [ingest.router, service.router, inventory.router, tokens.router, kube.router]
+    api_routers = [
+        ingest.router,
+        service.router,
+        inventory.router,
+        tokens.router,
+        watchlist.router,
+        kube.router,
+    ]
     open_scopes = ANONYMOUS_READER.scopes if settings.auth is AuthMode.OFF else frozenset()
     openapi.install(app, api_routers, open_scopes)
     return app
