@@ -22,6 +22,7 @@ def install_ui(app: FastAPI) -> None:
         nodes,
         overview,
         pods,
+        watchlist,
     )
     from devicedeck.ui.security import SecurityHeadersMiddleware
     from devicedeck.ui.stream import router as stream_router
@@ -32,7 +33,9 @@ def install_ui(app: FastAPI) -> None:
     app.state.ui_cache = PageCache()
     app.state.live = None
     app.state.live_streams = LiveStreams(app.state.settings.max_live_streams)
-    pages = [m.router for m in (overview, nodes, devices, dra, pods, events, login, extended)]
+    pages = [
+        m.router for m in (overview, nodes, devices, dra, pods, events, watchlist, login, extended)
+    ]
     for page_router in pages:
         app.include_router(page_router)
     app.include_router(stream_router)

@@ -12,6 +12,7 @@ from devicedeck.inventory.fields import HEALTH_VALUES, NAMESPACE_MAX, RESOURCE_M
 from devicedeck.inventory.history import EventFilters, list_events
 from devicedeck.inventory.overview import node_names, resource_names
 from devicedeck.inventory.queries import DeviceFilters, get_device, list_devices
+from devicedeck.inventory.watchlist import NOTE_MAX, mark_of
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.actions import device_commands, device_link
 from devicedeck.ui.forms import Form
@@ -92,6 +93,9 @@ def device(
         "commands": device_commands(detail),
         "link_out": device_link(request.app.state.settings.device_link_template, detail),
         "events": events,
+        "mark": mark_of(session, detail["id"]),
+        "can_mark": viewer.has("admin"),
+        "note_max": NOTE_MAX,
         "timeline": timeline(
             detail["first_seen"], clock.now, detail["health_history"], detail["allocation_history"]
         ),
