@@ -114,3 +114,11 @@ def test_marks_for_a_set_of_devices(api: Api, session_factory: sessionmaker[Sess
         assert marks_for(session, []) == {}
     assert list(found) == [flaky]
     assert (found[flaky]["note"], found[flaky]["marked_by"]) == ("flaps", "tester")
+
+
+def test_a_removed_device_keeps_its_mark(api: Api) -> None:
+    _, flaky = _two_gpus(api)
+    api.client.put(f"/api/v1/watchlist/{flaky}", json={"note": "RMA"}, headers=api.headers)
+    api.ingest_listandwatch(listandwatch("node-a", [dev("gpu-0")], 2))
+    [row] = api.get("/api/v1/watchlist")["results"]
+    assert (row["id"], row["state"], row["note"]) == (flaky, "removed", "RMA")
