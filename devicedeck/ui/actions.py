@@ -46,7 +46,7 @@ def device_link(template: str | None, device: dict[str, Any]) -> str | None:
 
 
 # DeviceTaintRule is served as resource.k8s.io/v1 from Kubernetes 1.37, where device taints are
-# generally available; 1.36 serves it as v1beta2 (beta), with the same fields.
+# generally available; a 1.36 cluster that serves the beta takes v1beta2, with the same fields.
 TAINT_RULE_API_VERSION = "resource.k8s.io/v1"
 TAINT_KEY = "devicedeck.dev/out-of-service"
 TAINT_VALUE = "marked-for-return"
