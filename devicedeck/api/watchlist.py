@@ -18,7 +18,7 @@ from devicedeck.api.models import NOT_JSON, ErrorOut
 from devicedeck.api.params import Cursor, Limit
 from devicedeck.clock import utcnow
 from devicedeck.db import write_session
-from devicedeck.inventory.pages import DEFAULT_LIMIT, MAX_KEY, Page
+from devicedeck.inventory.read.pagination import DEFAULT_LIMIT, MAX_KEY, Page
 from devicedeck.inventory.watchlist import (
     NOTE_MAX,
     get_watched_device,
@@ -27,8 +27,8 @@ from devicedeck.inventory.watchlist import (
     unmark_device,
 )
 from devicedeck.web.caller_first import CallerFirstRoute
+from devicedeck.web.db_sessions import ReadSession, SessionFactory
 from devicedeck.web.principal import Admin, Reader
-from devicedeck.web.sessions import ReadSession, SessionFactory
 
 router = APIRouter(
     prefix="/api/v1/watchlist",

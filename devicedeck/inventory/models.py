@@ -197,7 +197,7 @@ class Device(Base):
     last_seen: Mapped[datetime]
     removed_at: Mapped[datetime | None]
     # Removed although its derived stream still lists it: the Node's status counts fewer
-    # devices than the kubelet's lists show (devicedeck/inventory/derived_health.py).
+    # devices than the kubelet's lists show (devicedeck/inventory/write/derived_health.py).
     removed_by_capacity: Mapped[bool] = mapped_column(server_default=false())
     health_changed_at: Mapped[datetime | None]
     # Current allocations of this device; kept by triggers on allocations (migration 0005).
@@ -438,4 +438,4 @@ class WatchMark(Base):
 
 # The cluster tables (filled by the cluster watcher) live in their own module; importing it keeps
 # Base.metadata complete for Alembic, the schema check and the tests' TRUNCATE.
-from devicedeck.inventory import cluster_models as _cluster_models  # noqa: E402,F401
+from devicedeck.inventory.cluster import models as _cluster_models  # noqa: E402,F401

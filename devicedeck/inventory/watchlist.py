@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from devicedeck.clock import iso
 from devicedeck.inventory.errors import InvalidInput, NotFound, Problem
 from devicedeck.inventory.models import Device, Node, WatchMark
-from devicedeck.inventory.pages import Keyset, Page, among
+from devicedeck.inventory.read.pagination import Keyset, Page, among
 from devicedeck.kubelet import names
 
 NOTE_MAX = 500

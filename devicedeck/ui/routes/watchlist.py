@@ -18,8 +18,8 @@ from devicedeck.ui.lists import list_page
 from devicedeck.ui.render import render_error, respond
 from devicedeck.ui.routes.login import read_form, refuse_cross_site
 from devicedeck.ui.templating import query_url
+from devicedeck.web.db_sessions import ReadSession
 from devicedeck.web.errors import status_of
-from devicedeck.web.sessions import ReadSession
 from devicedeck.web.state import service_state
 
 router = APIRouter(include_in_schema=False)
