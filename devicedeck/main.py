@@ -10,7 +10,17 @@ from datetime import timedelta
 from fastapi import Depends, FastAPI
 
 from devicedeck import __version__
-from devicedeck.api import docs, ingest, inventory, kube, openapi, reliability, service, tokens
+from devicedeck.api import (
+    docs,
+    ingest,
+    inventory,
+    kube,
+    openapi,
+    reliability,
+    service,
+    tokens,
+    watchlist,
+)
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode, KubeMode, Settings
 from devicedeck.credentials.tokens import ANONYMOUS_READER, TokenCache
@@ -155,6 +165,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(inventory.router)
     app.include_router(reliability.router)
     app.include_router(tokens.router)
+    app.include_router(watchlist.router)
     app.include_router(docs.router)
     kube.install(app)
     install_ui(app)
@@ -164,6 +175,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         inventory.router,
         reliability.router,
         tokens.router,
+        watchlist.router,
         kube.router,
     ]
     open_scopes = ANONYMOUS_READER.scopes if settings.auth is AuthMode.OFF else frozenset()

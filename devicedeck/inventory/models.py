@@ -204,6 +204,8 @@ class Device(Base):
     held: Mapped[int] = mapped_column(Integer, server_default="0")
     # The node's name, set by a trigger on insert (migration 0006): the list sorts by it.
     node_name: Mapped[str] = mapped_column(String(253), server_default="")
+    # Times it turned Unhealthy from any other health; kept by a trigger (migration 0019).
+    unhealthy_transitions: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class DeviceCount(Base):
@@ -223,6 +225,8 @@ class DeviceCount(Base):
     unknown: Mapped[int] = mapped_column(Integer, server_default="0")
     allocated: Mapped[int] = mapped_column(Integer, server_default="0")
     free: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Times its devices turned Unhealthy, removed devices' included (migration 0019).
+    unhealthy_transitions: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class Allocation(Base):
@@ -448,6 +452,21 @@ class Notification(Base):
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
     last_error: Mapped[str | None] = mapped_column(String(500))
     done_at: Mapped[datetime | None]
+
+
+class WatchMark(Base):
+    """A device marked for return: who marked it, when, and why (migration 0019). It goes
+    with the device's row; a device whose node is deleted leaves the watch list."""
+
+    __tablename__ = "watchlist"
+    __table_args__ = (Index("ix_watchlist_marked_at", "marked_at"),)
+
+    device_pk: Mapped[int] = mapped_column(
+        BigId, ForeignKey("devices.id", ondelete="CASCADE"), primary_key=True
+    )
+    marked_by: Mapped[str] = mapped_column(String(253))
+    marked_at: Mapped[datetime]
+    note: Mapped[str | None] = mapped_column(String(500))
 
 
 # The cluster tables (filled by the cluster watcher) live in their own module; importing it keeps

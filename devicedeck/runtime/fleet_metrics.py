@@ -41,6 +41,13 @@ def _header(name: str, help_text: str) -> str:
     return f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
 
 
+def _counter_header(openmetrics: bool) -> str:
+    """The flap counter's header: OpenMetrics names a counter family without its `_total`,
+    the text format with it; the samples are alike."""
+    family = TRANSITIONS.removesuffix("_total") if openmetrics else TRANSITIONS
+    return f"# HELP {family} {TRANSITIONS_HELP}\n# TYPE {family} counter\n"
+
+
 class FleetGauges:
     """The fleet's families, read from the database: the per-node families and the fleet's
     totals from one statement over nodes and their per-resource counters, and with per-device
@@ -71,8 +78,8 @@ class FleetGauges:
         self.clock = clock
         self.per_device = per_device
         self.refresh = refresh
-        # (time.monotonic() when read, text), of the last read.
-        self._latest: tuple[float, bytes] | None = None
+        # (time.monotonic() when read, text, flap counter lines), of the last read.
+        self._latest: tuple[float, bytes, bytes] | None = None
         self._last_scrape: float | None = None
         # What the last scrape wrote per node, and the fleet totals of those nodes: a scrape
         # writes again only what changed. One scrape at a time updates them.
@@ -80,8 +87,8 @@ class FleetGauges:
         self._totals: dict[str, list[int]] = {}
         self._lock = threading.Lock()
 
-    def render(self) -> bytes:
-        """The fleet's families for a scrape."""
+    def render(self, openmetrics: bool = False) -> bytes:
+        """The fleet's families for a scrape, in OpenMetrics or the text format."""
         now = time.monotonic()
         self._last_scrape = now
         latest = self._latest
@@ -90,14 +97,22 @@ class FleetGauges:
             or latest is None
             or now - latest[0] > self.REREAD_AFTER * self.refresh
         ):
-            nodes = self.read_nodes()
+            nodes, flaps = self.read_nodes()
         else:
-            nodes = latest[1]
+            nodes, flaps = latest[1], latest[2]
+        counter = _counter_header(openmetrics).encode()
         if not self.per_device:
-            return nodes
+            return nodes + counter + flaps
         with self.factory() as session:
             devices = device_rows(session, self.clock().cutoff)
-        lines = [_header("devicedeck_device_healthy", DEVICE_HELP), *self._device_lines(devices)]
+        # Per device, the flap counter's series are the devices' own, in place of the per-node
+        # ones: a sum over devices then equals the node's, for the devices present now.
+        lines = [
+            _header("devicedeck_device_healthy", DEVICE_HELP),
+            *self._device_lines(devices),
+            _counter_header(openmetrics),
+            *self._device_flap_lines(devices),
+        ]
         return nodes + "".join(lines).encode()
 
     def wanted(self) -> bool:
@@ -105,19 +120,20 @@ class FleetGauges:
         last = self._last_scrape
         return last is not None and time.monotonic() - last < self.IDLE_AFTER
 
-    def read_nodes(self) -> bytes:
-        """The per-node families and the fleet's totals as the database has them now, kept
-        for the scrapes to come."""
+    def read_nodes(self) -> tuple[bytes, bytes]:
+        """The per-node families and the fleet's totals as the database has them now, and the
+        per-node flap counter's lines, kept for the scrapes to come."""
         started = time.monotonic()
         clock = self.clock()
         with self.factory() as session:
             nodes = node_rows(session)
         with self._lock:
-            text = "".join(self._node_lines(nodes, clock)).encode()
+            gauges, counters = self._node_lines(nodes, clock)
+            text, flaps = "".join(gauges).encode(), "".join(counters).encode()
             # A scrape's read and a renewal may end in either order: the later read is kept.
             if self._latest is None or self._latest[0] <= started:
-                self._latest = (started, text)
-        return text
+                self._latest = (started, text, flaps)
+        return text, flaps
 
     @staticmethod
     def _device_lines(devices: list[DeviceRow]) -> list[str]:
@@ -125,15 +141,25 @@ class FleetGauges:
             f'devicedeck_device_healthy{{node="{label_value(node)}",'
             f'resource="{label_value(resource)}",device="{label_value(device)}",'
             f'namespace="{namespace}",pod="{label_value(pod)}"}} {1 if healthy else 0}\n'
-            for node, resource, device, healthy, namespace, pod in devices
+            for node, resource, device, healthy, namespace, pod, _ in devices
         ]
 
-    def _node_lines(self, rows: list[NodeRow], clock: Freshness) -> list[str]:
+    @staticmethod
+    def _device_flap_lines(devices: list[DeviceRow]) -> list[str]:
+        return [
+            f'{TRANSITIONS}{{node="{label_value(node)}",resource="{label_value(resource)}",'
+            f'device="{label_value(device)}"}} {flaps}\n'
+            for node, resource, device, _, _, _, flaps in devices
+        ]
+
+    def _node_lines(self, rows: list[NodeRow], clock: Freshness) -> tuple[list[str], list[str]]:
+        """The per-node gauge families with the fleet's totals, and the flap counter's lines."""
         cutoff = clock.cutoff.timestamp()
         health: list[str] = [_header("devicedeck_node_devices", NODE_DEVICES_HELP)]
         allocated: list[str] = [_header("devicedeck_node_devices_allocated", ALLOCATED_HELP)]
         seen: list[str] = [_header("devicedeck_node_last_seen_timestamp_seconds", SEEN_HELP)]
         stale: list[str] = [_header("devicedeck_node_stale", STALE_HELP)]
+        flaps: list[str] = []
         # A node's counters seldom change between scrapes: its lines, and its share of the
         # totals, are kept from the last scrape and replaced only when they change.
         previous, kept = self._kept, {}
@@ -154,6 +180,7 @@ class FleetGauges:
             allocated.append(entry.lines.allocated)
             seen.append(entry.seen)
             stale.append(entry.lines.stale)
+            flaps.append(entry.lines.flaps)
         for node in previous.keys() - kept.keys():  # nodes deleted since the last scrape
             _add(totals, previous[node].lines.counts, -1)
         self._kept, self._totals = kept, totals
@@ -165,7 +192,7 @@ class FleetGauges:
             for health_value, count in zip(HEALTH_VALUES, counts, strict=True)
             if count
         )
-        return fleet + health + allocated + seen + stale
+        return fleet + health + allocated + seen + stale, flaps
 
 
 def _seen_line(name: str, last_seen: float) -> str:
@@ -202,15 +229,16 @@ class _NodeLines:
     health: str
     allocated: str
     stale: str
+    flaps: str
     counts: tuple[tuple[str, int, int, int], ...]
 
     @staticmethod
     def of(node: str, counters: str | None, is_stale: bool) -> _NodeLines:
         name = label_value(node)
-        health, allocated, counts = [], [], []
+        health, allocated, flaps, counts = [], [], [], []
         for entry in sorted(counters.split(RECORD)) if counters else []:
             resource, *values = entry.split(FIELD)
-            healthy, unhealthy, unknown, devices, held = map(int, values)
+            healthy, unhealthy, unknown, devices, held, transitions = map(int, values)
             if is_stale:
                 healthy, unhealthy, unknown = 0, 0, devices
             labels = f'node="{name}",resource="{label_value(resource)}"'
@@ -220,16 +248,23 @@ class _NodeLines:
                 f'devicedeck_node_devices{{{labels},health="Unknown"}} {unknown}\n'
             )
             allocated.append(f"devicedeck_node_devices_allocated{{{labels}}} {held}\n")
+            flaps.append(f"{TRANSITIONS}{{{labels}}} {transitions}\n")
             counts.append((resource, healthy, unhealthy, unknown))
         return _NodeLines(
             name,
             "".join(health),
             "".join(allocated),
             f'devicedeck_node_stale{{node="{name}"}} {1 if is_stale else 0}\n',
+            "".join(flaps),
             tuple(counts),
         )
 
 
+TRANSITIONS = "devicedeck_device_unhealthy_transitions_total"
+TRANSITIONS_HELP = (
+    "Times devices turned Unhealthy from another health, per node and resource, or per present "
+    "device with per-device series on."
+)
 DEVICES_HELP = "Present devices by resource and health (Unknown for stale nodes)."
 NODE_DEVICES_HELP = (
     "Present devices per node and resource by health (Unknown for every device of a stale node)."

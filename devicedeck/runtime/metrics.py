@@ -123,7 +123,8 @@ class ServiceMetrics:
         body = encode(self.registry)
         if self.fleet is None:
             return body, content_type
-        fleet = self.fleet.render()
-        if content_type.startswith("application/openmetrics-text"):
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        fleet = self.fleet.render(openmetrics)
+        if openmetrics:
             return body.removesuffix(OPENMETRICS_END) + fleet + OPENMETRICS_END, content_type
         return body + fleet, content_type

@@ -73,6 +73,15 @@ def register(subparsers: Any) -> None:
         help=f"time between workload steps (default {DEFAULT_INTERVAL_SECONDS:g})",
     )
     node.add_argument(
+        "--flaky",
+        action="append",
+        default=[],
+        type=_flaky_spec,
+        metavar="RESOURCE:COUNT",
+        help="COUNT devices of RESOURCE, chosen from the workload's seed, take most of its "
+        "flaps (repeatable)",
+    )
+    node.add_argument(
         "--numa",
         type=int,
         metavar="K",
@@ -156,6 +165,13 @@ def _plugin_spec(text: str) -> PluginSpec:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def _flaky_spec(text: str) -> tuple[str, int]:
+    resource, _, count = text.rpartition(":")
+    if not resource or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected RESOURCE:COUNT")
+    return resource, int(count)
+
+
 def _health_event(text: str) -> tuple[str, HealthEvent]:
     try:
         return parse_node_health_event(text)
@@ -206,6 +222,7 @@ def run_node(args: argparse.Namespace) -> int:
             seed=args.seed,
             node_name=args.node,
             health_events=args.health_event,
+            flaky=dict(args.flaky),
             **_cluster_options(args),
         )
     except ValueError as e:

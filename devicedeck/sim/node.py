@@ -12,7 +12,7 @@ plugins spread their devices over two NUMA nodes and dongles report no topology.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -102,6 +102,7 @@ class SimNode:
         kube_client: KubeClient | None = None,
         topology_policy: str = DEFAULT_POLICY,
         health_events: Sequence[tuple[str, HealthEvent]] = (),
+        flaky: Mapping[str, int] | None = None,
     ) -> None:
         resources = [p.resource for p in plugins]
         duplicates = sorted({r for r in resources if resources.count(r) > 1})
@@ -148,6 +149,7 @@ class SimNode:
                 seed=workload_seed,
                 interval_seconds=workload_interval,
                 scripted=scripted,
+                flaky=flaky,
             )
         self._started: list[SimDevicePlugin] = []
 

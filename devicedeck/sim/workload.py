@@ -6,6 +6,12 @@ healthy device Unhealthy for a few steps. The same seed gives the same sequence 
 decisions; whether a pod is admitted still depends on what the devices look like then.
 The workload owns the pods in its namespaces, including ones restored after a restart.
 
+A resource may have a few flaky devices (`flaky`: how many per resource), chosen from the
+seed among the devices no health script drives: most of that resource's flaps land on them,
+so a ranking of devices by flaps shows a few clear leaders. A flaky device that is among
+the free devices kept for pods by hand is spared meanwhile, as any free device is. Without
+flaky devices the decisions are those of earlier versions for the same seed.
+
 It leaves a quarter of each resource's devices free and healthy (`reserved`): a pod that would
 take them is not created, and a free device is not flapped while only the reserve is free. So
 a person trying the demo can always create a pod by hand (two of gpu-a's eight GPUs).
@@ -32,6 +38,8 @@ DEFAULT_MAX_PODS = 8
 FLAP_PROBABILITY = 0.2
 KUBELET_VIEW_TIMEOUT_SECONDS = 10.0
 RESERVED_SHARE = 0.25
+# The share of a resource's flaps that go to its flaky devices, while one of them is healthy.
+FLAKY_SHARE = 0.9
 
 
 def reserved(total: int) -> int:
@@ -72,6 +80,7 @@ class Workload:
         interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
         max_pods: int = DEFAULT_MAX_PODS,
         scripted: Mapping[str, set[str]] | None = None,
+        flaky: Mapping[str, int] | None = None,
     ) -> None:
         if interval_seconds <= 0:
             raise ValueError("workload interval must be positive")
@@ -81,6 +90,7 @@ class Workload:
         self._interval = interval_seconds
         # Devices a health script drives: never flapped, so what the script sets stays.
         self._scripted = {r: set(ids) for r, ids in (scripted or {}).items()}
+        self.flaky = self._choose_flaky(seed, flaky or {})
         self._max_pods = max_pods
         self._step = 0
         self._recoveries: list[_Recovery] = []
@@ -90,6 +100,26 @@ class Workload:
         self.deleted = 0
         self.rejected = 0
         self.held_back = 0
+
+    def _choose_flaky(self, seed: int, counts: Mapping[str, int]) -> dict[str, set[str]]:
+        """The flaky devices of each resource, from their own generator: choosing them leaves
+        the sequence of the workload's decisions as it is."""
+        unknown = sorted(set(counts) - set(self._plugins))
+        if unknown:
+            raise ValueError(f"flaky devices for resources without a plugin: {', '.join(unknown)}")
+        chosen: dict[str, set[str]] = {}
+        for resource, count in sorted(counts.items()):
+            scripted = self._scripted.get(resource, set())
+            candidates = sorted(
+                d.id for d in self._plugins[resource].devices() if d.id not in scripted
+            )
+            if not 0 <= count <= len(candidates):
+                raise ValueError(
+                    f"{resource}: {count} flaky devices asked for, {len(candidates)} to choose from"
+                )
+            picker = random.Random(f"{seed}/flaky/{resource}")
+            chosen[resource] = set(picker.sample(candidates, count))
+        return chosen
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="sim-workload", daemon=True)
@@ -182,7 +212,11 @@ class Workload:
             healthy = [i for i in healthy if i not in free]
         if not healthy:
             return
-        device_id = rng.choice(healthy)
+        flaky = [i for i in healthy if i in self.flaky.get(resource, ())]
+        if flaky and rng.random() < FLAKY_SHARE:
+            device_id = rng.choice(flaky)
+        else:
+            device_id = rng.choice(healthy)
         due = self._step + rng.randint(2, 5)
         log.info(
             "workload device flap",

@@ -23,6 +23,7 @@ def install_ui(app: FastAPI) -> None:
         overview,
         pods,
         reliability,
+        watchlist,
     )
     from devicedeck.ui.security import SecurityHeadersMiddleware
     from devicedeck.ui.stream import router as stream_router
@@ -35,7 +36,18 @@ def install_ui(app: FastAPI) -> None:
     app.state.live_streams = LiveStreams(app.state.settings.max_live_streams)
     pages = [
         m.router
-        for m in (overview, nodes, devices, dra, pods, reliability, events, login, extended)
+        for m in (
+            overview,
+            nodes,
+            devices,
+            dra,
+            pods,
+            reliability,
+            events,
+            watchlist,
+            login,
+            extended,
+        )
     ]
     for page_router in pages:
         app.include_router(page_router)

@@ -64,6 +64,7 @@ NAV_ITEMS = (
     ("pods", "Pods", "/pods"),
     ("reliability", "Reliability", "/reliability"),
     ("events", "Events", "/events"),
+    ("watchlist", "Watch list", "/watchlist"),
 )
 # htmx settings: no injected <style> (the CSP forbids inline styles), no eval, no history
 # snapshots (back and forward ask the server for the full page, so data is fresh and filter

@@ -26,8 +26,9 @@ ALLOCATIONS = table_of(Allocation)
 
 # One node: name, last seen (Unix time), and its per-resource counters of present devices as
 # reported (a stale node's are not yet Unknown: the caller knows the time) in one text, None
-# when it has none. For each resource, "resource healthy unhealthy unknown all held" with
-# FIELD between the values and RECORD between the resources, in no set order.
+# when it has none. For each resource, "resource healthy unhealthy unknown all held
+# unhealthy-transitions" with FIELD between the values and RECORD between the resources, in no
+# set order.
 NodeRow = tuple[str, float, str | None]
 FIELD = "\x1f"  # the ASCII unit and record separators: no resource name holds them
 RECORD = "\x1e"
@@ -41,6 +42,7 @@ def _node_rows_query() -> Select[Any]:
         COUNTS.c.unknown,
         COUNTS.c.devices,
         COUNTS.c.allocated,
+        COUNTS.c.unhealthy_transitions,
     ):
         counters = counters + FIELD + cast(column, String)
     return (
@@ -83,8 +85,8 @@ def node_rows(session: Session) -> list[NodeRow]:
 
 
 # One present device: node, resource, device ID, healthy, the namespace and pod of the pod
-# that holds it ("" when none does).
-DeviceRow = tuple[str, str, str, bool, str, str]
+# that holds it ("" when none does), and the times it turned Unhealthy.
+DeviceRow = tuple[str, str, str, bool, str, str, int]
 
 
 def device_rows(session: Session, cutoff: datetime) -> list[DeviceRow]:
@@ -99,6 +101,7 @@ def device_rows(session: Session, cutoff: datetime) -> list[DeviceRow]:
             DEVICES.c.health,
             ALLOCATIONS.c.namespace,
             ALLOCATIONS.c.pod,
+            DEVICES.c.unhealthy_transitions,
         )
         .select_from(
             DEVICES.join(NODES, NODES.c.id == DEVICES.c.node_id).outerjoin(
@@ -113,10 +116,12 @@ def device_rows(session: Session, cutoff: datetime) -> list[DeviceRow]:
         .where(DEVICES.c.state == PRESENT, NODES.c.last_seen >= cutoff)
     )
     found: dict[int, DeviceRow] = {}
-    for pk, node, resource, device_id, health, namespace, pod in session.execute(query).all():
+    for pk, node, resource, device_id, health, namespace, pod, flaps in session.execute(
+        query
+    ).all():
         holder = (namespace or "", pod or "")
         seen = found.get(pk)
-        if seen is not None and seen[4:] <= holder:
+        if seen is not None and seen[4:6] <= holder:
             continue  # held by several pods (containers): keep the first
-        found[pk] = (node, resource, device_id, health == HEALTHY, *holder)
+        found[pk] = (node, resource, device_id, health == HEALTHY, *holder, flaps)
     return list(found.values())

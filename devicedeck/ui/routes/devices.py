@@ -18,6 +18,7 @@ from devicedeck.inventory.read.reliability import (
     device_figures,
     recent_failures,
 )
+from devicedeck.inventory.watchlist import NOTE_MAX, mark_of
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.actions import device_commands, device_link
 from devicedeck.ui.forms import Form
@@ -101,6 +102,9 @@ def device(
         "commands": device_commands(detail),
         "link_out": device_link(request.app.state.settings.device_link_template, detail),
         "events": events,
+        "mark": mark_of(session, detail["id"]),
+        "can_mark": viewer.has("admin"),
+        "note_max": NOTE_MAX,
         "timeline": timeline(
             detail["first_seen"], clock.now, detail["health_history"], detail["allocation_history"]
         ),

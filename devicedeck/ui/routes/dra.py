@@ -9,6 +9,7 @@ from devicedeck.inventory.dra.devices import DraFilters, list_dra_devices
 from devicedeck.inventory.dra.history import dra_device_details
 from devicedeck.inventory.fields import NAME_MAX
 from devicedeck.ui.access import Viewer
+from devicedeck.ui.actions import dra_device_commands
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import list_page
 from devicedeck.ui.render import View, render_error, respond
@@ -68,7 +69,7 @@ def dra_device(
         viewer,
         View(
             "dra-device.html",
-            {"device": details},
+            {"device": details, "commands": dra_device_commands(details)},
             title=f"{device} in {driver}/{pool}",
             nav="devices",
             regions=("dra-device-summary", "dra-device-history"),
