@@ -66,9 +66,19 @@ FORBIDDEN: dict[str, set[str]] = {
         "devicedeck.agent",
         "devicedeck.sim",
     },
-    "devicedeck.agent": DATABASE | SERVICE | {"devicedeck.sim", "devicedeck.demo"},
-    "devicedeck.sim": DATABASE | SERVICE | {"devicedeck.agent", "devicedeck.demo"},
+    "devicedeck.agent": DATABASE
+    | SERVICE
+    | {"devicedeck.sim", "devicedeck.demo", "devicedeck.truth"},
+    "devicedeck.sim": DATABASE
+    | SERVICE
+    | {"devicedeck.agent", "devicedeck.demo", "devicedeck.truth"},
+    # The oracle checks the service from outside, as a user would: through its API.
+    "devicedeck.truth": DATABASE
+    | SERVICE
+    | {"devicedeck.agent", "devicedeck.demo.runner", "devicedeck.demo.tokens"},
 }
+# The oracle must not reach the database even through the modules it borrows.
+OUTSIDE_CHECKERS = ("devicedeck.truth",)
 
 
 def module_name(path: Path) -> str:
@@ -117,6 +127,40 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
             for name in sorted(imported):
                 if any(within(name, f) for f in forbidden):
                     broken.append(f"{module} imports {name}")
+    assert broken == []
+
+
+def reachable(start: str, modules: dict[str, set[str]]) -> set[str]:
+    """Every name a module imports, directly or through the devicedeck modules it imports
+    (and their packages, which importing them runs)."""
+    seen: set[str] = set()
+    found: set[str] = set()
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo.extend(
+            ".".join(parts[:i]) for i in range(2, len(parts)) if ".".join(parts[:i]) in modules
+        )
+        for name in modules.get(module, set()):
+            found.add(name)
+            if name in modules:
+                todo.append(name)
+    return found
+
+
+def test_the_oracle_reaches_no_database_code_at_all() -> None:
+    modules = all_imports()
+    broken = []
+    for module in sorted(modules):
+        if not any(within(module, checker) for checker in OUTSIDE_CHECKERS):
+            continue
+        for name in sorted(reachable(module, modules)):
+            if any(within(name, f) for f in DATABASE):
+                broken.append(f"{module} reaches {name}")
     assert broken == []
 
 
