@@ -55,7 +55,8 @@ def differences(truth: Truth, api: ApiView) -> list[Difference]:
             found.append(Difference(key, PRESENCE, "present", "removed" if said else "not known"))
         elif real is None and said is not None and said_present:
             if not (truth.is_derived(key) and says_unhealthy_or_removed(said)):
-                found.append(Difference(key, PRESENCE, "absent", f"present {said.health}"))
+                detail = f" ({said.health_detail})" if said.health_detail else ""
+                found.append(Difference(key, PRESENCE, "absent", f"present {said.health}{detail}"))
         elif real is not None and said is not None and real.health != said.health:
             ambiguous_ok = (
                 real.health == UNHEALTHY

@@ -111,6 +111,9 @@ class Oracle:
                     taken = workload.step()
                     if taken is not None:
                         self._record(taken, time.time())
+                    for refusal in workload.refusals:
+                        self.log(f"not taken: {refusal}")
+                    workload.refusals.clear()
                     if workload.tally.total % 100 == 0:
                         self.progress(f"{workload.tally.total} actions")
                 else:

@@ -84,6 +84,8 @@ class Workload:
         self.restart = restart
         self.restarts_allowed = restarts_allowed
         self.tally = Tally()
+        # Why actions could not be taken (a node restarting, admission refusing a pod).
+        self.refusals: list[str] = []
         self._pod_number = 0
 
     def step(self) -> Taken | None:
@@ -93,12 +95,14 @@ class Workload:
         node = self.random.choice(sorted(self.roots))
         try:
             taken = self._take(kind, node)
-        except (ControlError, OSError, ValueError, KeyError):
+        except (ControlError, OSError, ValueError, KeyError) as e:
+            self.refusals.append(f"{kind} {node}: {e}")
             taken = None
         if taken is None:
             self.tally.refused[kind] += 1
         else:
-            self.tally.taken[kind] += 1
+            # A plug with nothing to plug back flaps instead: counted as what it did.
+            self.tally.taken[taken.kind] += 1
         return taken
 
     def _call(self, node: str, request: dict[str, Any]) -> Any:

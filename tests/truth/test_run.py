@@ -1,0 +1,43 @@
+"""A short seeded run of the whole oracle: the simulated cluster, the service on PostgreSQL,
+the workload, the readings, the verdicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devicedeck.truth.run import Options, Oracle
+
+SEED = 7
+ACTIONS = 80
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.xfail(
+    strict=False,
+    reason="main's service still gets some of it wrong: presence mismatches on nodes with "
+    "derived health (the wrong device removed when one is unplugged while another is "
+    "unhealthy), and with them false alerts; see docs/truth.md",
+)
+def test_a_short_seeded_run_finds_the_service_truthful(database_url: str, tmp_path: Path) -> None:
+    report = Oracle(
+        Options(
+            seed=SEED,
+            actions=ACTIONS,
+            keep_going=True,
+            data_dir=tmp_path / "truth",
+            database_url=database_url,
+        ),
+        progress=lambda text: None,
+    ).run()
+
+    assert report.actions == ACTIONS
+    assert report.samples > 0 and report.samples_unanswered < report.samples
+    assert report.failures == {
+        "mismatch samples": 0,
+        "false events": 0,
+        "false alerts": 0,
+        "missing alerts": 0,
+        "alerts left firing": 0,
+    }, report.text()
