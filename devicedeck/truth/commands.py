@@ -28,7 +28,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--seed", type=int, default=1, help="the workload's seed (default 1)")
     amount = parser.add_mutually_exclusive_group()
-    amount.add_argument("--actions", type=int, default=200, help="actions to take (default 200)")
+    amount.add_argument(
+        "--actions",
+        type=int,
+        default=200,
+        help="actions to take (default 200); one refused (a pod that does not fit, a node "
+        "restarting) is not counted and another is chosen",
+    )
     amount.add_argument("--seconds", type=float, help="take actions for this long instead")
     parser.add_argument(
         "--settle",

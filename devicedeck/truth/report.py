@@ -61,7 +61,7 @@ class Report:
         refused = sum(self.actions_refused.values())
         lines = [
             f"truth oracle: seed {self.seed}, {self.actions} actions ({kinds}; "
-            f"{refused} refused or not possible) in {self.seconds:.0f} s",
+            f"{refused} more tried and refused or not possible) in {self.seconds:.0f} s",
             f"settling window {self.settle:g} s; {self.samples} samples "
             f"({self.samples_unanswered} without an answer from the service)",
             "",

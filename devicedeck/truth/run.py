@@ -111,11 +111,11 @@ class Oracle:
                     taken = workload.step()
                     if taken is not None:
                         self._record(taken, time.time())
+                        if workload.tally.total % 100 == 0:
+                            self.progress(f"{workload.tally.total} actions")
                     for refusal in workload.refusals:
                         self.log(f"not taken: {refusal}")
                     workload.refusals.clear()
-                    if workload.tally.total % 100 == 0:
-                        self.progress(f"{workload.tally.total} actions")
                 else:
                     break
                 next_action += options.interval

@@ -62,7 +62,8 @@ class Tally:
 
     @property
     def total(self) -> int:
-        return sum(self.taken.values()) + sum(self.refused.values())
+        """Actions taken; refused ones are tried again with another choice."""
+        return sum(self.taken.values())
 
 
 # (member name, signal, node or None for every node) of each restart, by node name.
