@@ -118,7 +118,8 @@ class Oracle:
                     workload.refusals.clear()
                 else:
                     break
-                next_action += options.interval
+                # No catching up after a slow action: the pace stays one every interval.
+                next_action = max(next_action + options.interval, now)
             if now >= next_sample:
                 found_overdue = self._sample(now)
                 stop = found_overdue and not options.keep_going
