@@ -76,6 +76,7 @@ def _check(args: argparse.Namespace) -> str | None:
 
 
 def run_truth(args: argparse.Namespace) -> int:
+    from devicedeck.truth.readings import Unanswered
     from devicedeck.truth.run import Options, Oracle
 
     problem = _check(args)
@@ -95,7 +96,7 @@ def run_truth(args: argparse.Namespace) -> int:
     oracle = Oracle(options, lambda text: print(f"truth: {text}", file=sys.stderr, flush=True))
     try:
         report = oracle.run()
-    except (TimeoutError, RuntimeError) as e:
+    except (TimeoutError, RuntimeError, Unanswered) as e:
         print(f"devicedeck truth: {e}; logs in {oracle.cluster.layout.logs_dir}", file=sys.stderr)
         return EXIT_NOT_RUN
     if args.json:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from devicedeck.truth.cluster import Cluster
 from devicedeck.truth.compare import MismatchTracker, differences
@@ -210,11 +211,23 @@ class Oracle:
             self._sample(time.time())
             time.sleep(SAMPLE_SECONDS)
 
+    def _read_events(self, since: str) -> list[dict[str, Any]]:
+        """The events to judge; a busy service gets a few tries."""
+        deadline = time.time() + RECOVERY_TIMEOUT_SECONDS
+        while True:
+            self.cluster.supervise()
+            try:
+                return read_events(self.cluster.base_url, since)
+            except Unanswered:
+                if time.time() > deadline:
+                    raise
+            time.sleep(1.0)
+
     def _judge(self, since: str, began: float) -> None:
         report, settle = self.report, self.options.settle
         until = time.time()
         events = judge_events(
-            read_events(self.cluster.base_url, since), self.history, self.disruptions, settle, began
+            self._read_events(since), self.history, self.disruptions, settle, began
         )
         report.events_judged, report.false_events = events.judged, len(events.false)
         report.events_unjudged = len(events.unjudged)
