@@ -115,6 +115,8 @@ class Workload:
         if kind in (POD_CREATE, POD_DELETE):
             return self._pod(kind, node)
         plugins = self._call(node, {"op": "plugin.status"})["plugins"]
+        if not plugins:
+            return None  # the node is starting: its plugins are not there yet
         resource = self.random.choice(sorted(plugins))
         present = {d["id"]: d["health"] for d in plugins[resource]["devices"]}
         absent = sorted(set(self.known_devices(node, resource)) - set(present))
@@ -154,6 +156,8 @@ class Workload:
             self._call(node, {"op": "pod.delete", "namespace": NAMESPACE, "name": name})
             return Taken(POD_DELETE, f"pod-delete {node} {NAMESPACE}/{name}")
         plugins = self._call(node, {"op": "plugin.status"})["plugins"]
+        if not plugins:
+            return None
         resource = self.random.choice(sorted(plugins))
         count = self.random.choice((1, 1, 2))
         self._pod_number += 1
