@@ -8,6 +8,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,12 @@ def read_api(base_url: str) -> ApiView:
                 key = DeviceKey(pod["node"], device["resource"], device["device_id"])
                 holders.setdefault(key, set()).add(name)
     return ApiView(devices, {k: frozenset(v) for k, v in holders.items()})
+
+
+def node_last_seen(base_url: str, node: str) -> float | None:
+    """When the service last heard from the node's agent (a snapshot or a heartbeat)."""
+    seen = get_json(f"{base_url}/api/v1/nodes/{urllib.parse.quote(node)}").get("last_seen")
+    return datetime.fromisoformat(seen.replace("Z", "+00:00")).timestamp() if seen else None
 
 
 def read_events(base_url: str, since: str) -> list[dict[str, Any]]:

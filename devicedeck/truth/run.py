@@ -16,7 +16,13 @@ from devicedeck.truth.compare import MismatchTracker, differences
 from devicedeck.truth.disruptions import EVERY_NODE, Disruption, Disruptions
 from devicedeck.truth.history import TruthHistory
 from devicedeck.truth.model import Truth
-from devicedeck.truth.readings import Unanswered, read_api, read_events, read_truth
+from devicedeck.truth.readings import (
+    Unanswered,
+    node_last_seen,
+    read_api,
+    read_events,
+    read_truth,
+)
 from devicedeck.truth.receiver import AlertRecorder
 from devicedeck.truth.report import Report
 from devicedeck.truth.verdicts import (
@@ -164,12 +170,24 @@ class Oracle:
         for pending in list(self._pending):
             member = self.cluster.members[pending.member]
             back = member.child.restarts > pending.restarts and member.child.running
-            if back and member.ready():
+            if back and member.ready() and self._heard_since(pending):
                 pending.disruption.end = time.time()
                 self._pending.remove(pending)
                 self.log(f"{pending.member} answers again after {pending.disruption.what}")
             elif now - pending.disruption.start > RECOVERY_TIMEOUT_SECONDS:
                 raise RuntimeError(f"{pending.member} did not come back; see its log")
+
+    def _heard_since(self, pending: _Pending) -> bool:
+        """A restarted agent is back once the service has heard from it, not when it merely
+        listens: its first report may take seconds more on a busy machine."""
+        if not pending.member.startswith("agent "):
+            return True
+        node = self.cluster.members[pending.member].node
+        try:
+            seen = node_last_seen(self.cluster.base_url, node)
+        except Unanswered:
+            return False
+        return seen is not None and seen > pending.disruption.start
 
     def _sample(self, now: float) -> bool:
         """One reading of the truth and of the service; True if a difference is overdue."""
