@@ -76,6 +76,7 @@ def _check(args: argparse.Namespace) -> str | None:
 
 
 def run_truth(args: argparse.Namespace) -> int:
+    from devicedeck.signals import stop_on_signals
     from devicedeck.truth.readings import Unanswered
     from devicedeck.truth.run import Options, Oracle
 
@@ -93,12 +94,18 @@ def run_truth(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         database_url=args.database_url,
     )
-    oracle = Oracle(options, lambda text: print(f"truth: {text}", file=sys.stderr, flush=True))
-    try:
-        report = oracle.run()
-    except (TimeoutError, RuntimeError, Unanswered) as e:
-        print(f"devicedeck truth: {e}; logs in {oracle.cluster.layout.logs_dir}", file=sys.stderr)
-        return EXIT_NOT_RUN
+    with stop_on_signals() as interrupt:
+        oracle = Oracle(
+            options,
+            lambda text: print(f"truth: {text}", file=sys.stderr, flush=True),
+            interrupt,
+        )
+        try:
+            report = oracle.run()
+        except (TimeoutError, RuntimeError, Unanswered) as e:
+            logs = oracle.cluster.layout.logs_dir
+            print(f"devicedeck truth: {e}; logs in {logs}", file=sys.stderr)
+            return EXIT_NOT_RUN
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:

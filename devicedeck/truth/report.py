@@ -33,6 +33,7 @@ class Report:
     alerts_unjudged: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
     stopped_early: bool = False
+    interrupted: bool = False
 
     def example(self, what: str, text: str) -> None:
         found = self.examples.setdefault(what, [])
@@ -88,6 +89,9 @@ class Report:
             lines.append("")
             lines.append(f"{what}:")
             lines.extend(f"  {t}" for t in texts)
+        if self.interrupted:
+            lines.append("")
+            lines.append("interrupted: the counts cover the actions taken until then")
         if self.stopped_early:
             lines.append("")
             lines.append("stopped at the first mismatch; --keep-going runs every action")

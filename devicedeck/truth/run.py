@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,8 +67,15 @@ class _Pending:
 
 
 class Oracle:
-    def __init__(self, options: Options, progress: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        options: Options,
+        progress: Callable[[str], None],
+        interrupt: threading.Event | None = None,
+    ) -> None:
         self.options = options
+        # Set by SIGINT or SIGTERM: the actions stop and what was read so far is judged.
+        self.interrupt = interrupt or threading.Event()
         self.progress = progress
         data_dir = options.data_dir or Path(tempfile.mkdtemp(prefix="devicedeck-truth-"))
         self.data_dir = data_dir
@@ -110,6 +118,10 @@ class Oracle:
         next_action = next_sample = began
         stop = False
         while not stop:
+            if self.interrupt.is_set():
+                self.report.interrupted = True
+                self.progress("interrupted: judging what was read so far")
+                break
             self.cluster.supervise()
             now = time.time()
             self._notice_recoveries(now)
