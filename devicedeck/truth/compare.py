@@ -81,6 +81,9 @@ class Overdue:
     difference: Difference
     age: float
     first: bool  # the sample in which it first passed the window
+    # It was there already when the last restart touching its node ended: the service did
+    # not put right what a restart left, as opposed to getting a calm change wrong.
+    carried_over_restart: bool = False
 
 
 class MismatchTracker:
@@ -109,8 +112,10 @@ class MismatchTracker:
         overdue: list[Overdue] = []
         for ident, difference in current.items():
             first = self._first_seen.setdefault(ident, now)
-            age = now - max(first, calm_since(difference.key.node))
+            calm = calm_since(difference.key.node)
+            age = now - max(first, calm)
             if age > self.settle:
-                overdue.append(Overdue(difference, age, ident not in self._reported))
+                reported = ident in self._reported
+                overdue.append(Overdue(difference, age, not reported, first <= calm))
                 self._reported.add(ident)
         return overdue

@@ -22,6 +22,8 @@ class Report:
     # Must be zero.
     mismatch_samples: dict[str, int] = field(default_factory=dict)
     mismatches: dict[str, int] = field(default_factory=dict)
+    # Of those, the ones already there when a restart touching their node ended.
+    mismatches_after_restart: int = 0
     false_events: int = 0
     false_alerts: int = 0
     missing_alerts: int = 0
@@ -71,14 +73,12 @@ class Report:
         for name, count in self.failures.items():
             detail = ""
             if name == "mismatch samples" and count:
-                detail = (
-                    " ("
-                    + ", ".join(
-                        f"{k} {v} in {self.mismatches.get(k, 0)} episodes"
-                        for k, v in sorted(by_kind.items())
-                    )
-                    + ")"
+                episodes = ", ".join(
+                    f"{k} {v} in {self.mismatches.get(k, 0)} episodes"
+                    for k, v in sorted(by_kind.items())
                 )
+                left = self.mismatches_after_restart
+                detail = f" ({episodes}; {left} episodes left by a restart)"
             lines.append(f"  {name:<20} {count}{detail}")
         lines.append(
             f"  (judged {self.events_judged} events, {self.alerts_judged} alerts; "

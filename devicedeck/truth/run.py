@@ -224,6 +224,9 @@ class Oracle:
             if item.first:
                 report.mismatches[kind] = report.mismatches.get(kind, 0) + 1
                 text = f"{rfc3339(now)} {item.difference.describe()} for {item.age:.0f} s"
+                if item.carried_over_restart:
+                    report.mismatches_after_restart += 1
+                    text += ", there already when the last restart ended"
                 report.example(f"{kind} mismatches", text)
                 self.log("MISMATCH " + text)
         return bool(overdue)

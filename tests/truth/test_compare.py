@@ -136,4 +136,11 @@ def test_a_restart_gives_the_service_the_window_again() -> None:
     tracker.observe(100, found, calm.__getitem__)
     calm["gpu-a"] = 104.0  # the agent answered again at 104
     assert tracker.observe(108, found, calm.__getitem__) == []
-    assert len(tracker.observe(110, found, calm.__getitem__)) == 1
+    [left] = tracker.observe(110, found, calm.__getitem__)
+    assert left.carried_over_restart
+
+    other = differences(truth({DONGLE: UNHEALTHY}), api({DONGLE: ApiDevice(True, HEALTHY)}))
+    calm["dongle-b"] = 104.0
+    tracker.observe(111, other, calm.__getitem__)
+    [calm_change] = tracker.observe(117, other, calm.__getitem__)
+    assert not calm_change.carried_over_restart

@@ -26,9 +26,15 @@ def test_each_count_fails_the_run_and_is_named() -> None:
         assert any(line.split() == [*name.split(), "2"] for line in report.text().splitlines())
         assert report.text().endswith("FAILED")
 
-    report = Report(seed=3, settle=5, mismatch_samples={"holder": 4}, mismatches={"holder": 1})
+    report = Report(
+        seed=3,
+        settle=5,
+        mismatch_samples={"holder": 4},
+        mismatches={"holder": 1},
+        mismatches_after_restart=1,
+    )
     assert report.failures["mismatch samples"] == 4
-    assert "holder 4 in 1 episodes" in report.text()
+    assert "holder 4 in 1 episodes; 1 episodes left by a restart" in report.text()
 
 
 def test_examples_are_kept_to_a_few() -> None:
