@@ -8,7 +8,8 @@
   window plus the alert delay, with its node answering throughout, and no alert of that name
   for the device was firing at any moment from the start of it until a window after its end.
 - An alert left firing: at the end of the run an alert still fires for a device whose truth
-  has been out of that state for longer than the settling window.
+  has been out of that state for longer than the settling window (an unhealthy device since
+  unplugged may keep its unhealthy alert: its last known health is Unhealthy).
 
 On a node whose health is derived either alert and either event is right for either state.
 Events and alerts where the truth was unknown instead (its node restarting) are counted apart
@@ -26,6 +27,7 @@ from devicedeck.truth.disruptions import Disruptions
 from devicedeck.truth.history import (
     FALSE,
     REMOVED,
+    STATE_ABSENT,
     STATE_UNKNOWN,
     UNHEALTHY_CONDITION,
     UNJUDGED,
@@ -214,6 +216,9 @@ def alerts_left_firing(
         if alert.ends is not None:
             continue
         bad = condition_states(ALERT_CONDITIONS[alert.name], history.is_derived(alert.key))
+        if alert.name == ALERT_UNHEALTHY:
+            # An unhealthy device then unplugged was last known unhealthy: its alert may stay.
+            bad |= {STATE_ABSENT}
         recent = history.states_between(alert.key, until - settle, until)
         if not recent & bad and STATE_UNKNOWN not in recent:
             left.append(alert.text)

@@ -185,3 +185,18 @@ def test_the_window_reaches_back_over_overlapping_restarts() -> None:
     assert disruptions.window_start("gpu-a", 122, 5) == 85
     assert disruptions.window_start("dongle-b", 122, 5) == 117
     assert disruptions.window_start("dongle-b", 108, 5) == 85
+
+
+def test_an_unhealthy_device_since_unplugged_may_keep_its_alert() -> None:
+    readings: list[tuple[float, dict[DeviceKey, str]]] = [(0.0, {GPU: HEALTHY})]
+    readings += [(10.0, {GPU: UNHEALTHY}), (20.0, {})]
+    history = history_of(readings)
+    alerts = device_alerts(
+        [alert_message(ALERT_UNHEALTHY, GPU, 11), alert_message(ALERT_REMOVED, GPU, 21)]
+    )
+    assert alerts_left_firing(alerts, history, SETTLE, T0 + 60) == []
+    # Back and healthy: both should have ended.
+    history.record_reading(
+        T0 + 30, Truth(frozenset({"gpu-a"}), {GPU: TruthDevice(HEALTHY)}, {}, frozenset())
+    )
+    assert len(alerts_left_firing(alerts, history, SETTLE, T0 + 60)) == 2
