@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "devicedeck.sim.commands",
     "devicedeck.demo.commands",
     "devicedeck.agent.commands",
+    "devicedeck.truth.commands",
 )
 
 

@@ -60,6 +60,8 @@ LAYERS: list[tuple[str, set[str]]] = [
         "the application and the demo",
         {"devicedeck.main", "devicedeck.demo", "devicedeck.rule_file"},
     ),
+    # The oracle runs the demo's cluster and checks the service from outside it.
+    ("the oracle", {"devicedeck.truth"}),
     ("commands", {"devicedeck.commands", "devicedeck.cli"}),
 ]
 LAYER_OF = {name: rank for rank, (_, names) in enumerate(LAYERS) for name in names}
@@ -96,9 +98,19 @@ FORBIDDEN: dict[str, set[str]] = {
         "devicedeck.agent",
         "devicedeck.sim",
     },
-    "devicedeck.agent": DATABASE | SERVICE | {"devicedeck.sim", "devicedeck.demo"},
-    "devicedeck.sim": DATABASE | SERVICE | {"devicedeck.agent", "devicedeck.demo"},
+    "devicedeck.agent": DATABASE
+    | SERVICE
+    | {"devicedeck.sim", "devicedeck.demo", "devicedeck.truth"},
+    "devicedeck.sim": DATABASE
+    | SERVICE
+    | {"devicedeck.agent", "devicedeck.demo", "devicedeck.truth"},
+    # The oracle checks the service from outside, as a user would: through its API.
+    "devicedeck.truth": DATABASE
+    | SERVICE
+    | {"devicedeck.agent", "devicedeck.demo.runner", "devicedeck.demo.tokens"},
 }
+# The oracle must not reach the database even through the modules it borrows.
+OUTSIDE_CHECKERS = ("devicedeck.truth",)
 
 
 def module_name(path: Path) -> str:
@@ -179,6 +191,40 @@ def test_no_module_imports_its_own_layer_or_a_higher_one() -> None:
     assert broken == []
 
 
+def reachable(start: str, modules: dict[str, set[str]]) -> set[str]:
+    """Every name a module imports, directly or through the devicedeck modules it imports
+    (and their packages, which importing them runs)."""
+    seen: set[str] = set()
+    found: set[str] = set()
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo.extend(
+            ".".join(parts[:i]) for i in range(2, len(parts)) if ".".join(parts[:i]) in modules
+        )
+        for name in modules.get(module, set()):
+            found.add(name)
+            if name in modules:
+                todo.append(name)
+    return found
+
+
+def test_the_oracle_reaches_no_database_code_at_all() -> None:
+    modules = all_imports()
+    broken = []
+    for module in sorted(modules):
+        if not any(within(module, checker) for checker in OUTSIDE_CHECKERS):
+            continue
+        for name in sorted(reachable(module, modules)):
+            if any(within(name, f) for f in DATABASE):
+                broken.append(f"{module} reaches {name}")
+    assert broken == []
+
+
 def test_no_import_cycle_between_app_packages() -> None:
     modules = all_imports()
     graph: dict[str, set[str]] = defaultdict(set)
@@ -214,3 +260,5 @@ def test_the_rules_see_real_imports() -> None:
     assert "devicedeck.inventory.write.other_writers" in modules["devicedeck.kube.pod_sync"]
     assert "devicedeck.kubelet.names" in modules["devicedeck.inventory.schemas"]
     assert any(within(name, "devicedeck.web") for name in modules["devicedeck.ui.routes.devices"])
+    # The demo's own runner does reach the database, through its token module.
+    assert any(within(name, "sqlalchemy") for name in reachable("devicedeck.demo.runner", modules))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from devicedeck.demo.tokens import write_private
+from devicedeck.demo.private_files import write_private
 from devicedeck.sim.kubeclient import KubeClient, KubeClientError
 
 log = logging.getLogger(__name__)

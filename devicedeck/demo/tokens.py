@@ -7,7 +7,6 @@ is missing or its token is unknown (a fresh database), a new token is made and w
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from sqlalchemy import select
@@ -16,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from devicedeck.clock import utcnow
 from devicedeck.credentials.tokens import authenticate, create_token
 from devicedeck.db import write_session
+from devicedeck.demo.private_files import write_private
 from devicedeck.inventory.models import ApiToken
 
 
@@ -71,14 +71,3 @@ def ensure_token_file(
         )
     write_private(path, plaintext)
     return plaintext, True
-
-
-def write_private(path: Path, text: str) -> None:
-    """Replace the file's content, readable by its owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text + "\n")
-    # Atomic, so an agent starting meanwhile reads the old token or the new one, never half.
-    os.replace(temporary, path)

@@ -4,13 +4,15 @@
     devicedeck sim-ctl --root DIR pod delete NAMESPACE/NAME
     devicedeck sim-ctl --root DIR pod list
     devicedeck sim-ctl --root DIR node status
+    devicedeck sim-ctl --root DIR plugin status
     devicedeck sim-ctl --root DIR device health RESOURCE DEVICE_ID Healthy|Unhealthy
     devicedeck sim-ctl --root DIR device unplug|plug RESOURCE DEVICE_ID
     devicedeck sim-ctl --root DIR dra health DEVICE Healthy|Unhealthy|Unknown [--message TEXT]
     devicedeck sim-ctl --root DIR dra status
 
-DEVICE_ID may be `#N` for the N-th device of the plugin. Device commands reach plugins
-started by sim-node only; dra commands reach a sim-dra-driver started with the same --root.
+DEVICE_ID may be `#N` for the N-th device of the plugin. Device and plugin commands reach
+plugins started by sim-node only; dra commands reach a sim-dra-driver started with the same
+--root.
 Exit codes: 0 done, 1 refused (the reason is on stderr), 2 bad arguments, 3 nothing answers
 under --root. --json prints the raw result.
 """
@@ -47,7 +49,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--root", required=True, type=Path, help="kubelet root directory")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    groups = parser.add_subparsers(dest="ctl_group", metavar="pod|node|device|dra", required=True)
+    groups = parser.add_subparsers(
+        dest="ctl_group", metavar="pod|node|plugin|device|dra", required=True
+    )
 
     pod = groups.add_parser("pod", help="simulated pods").add_subparsers(
         dest="ctl_action", metavar="create|delete|list", required=True
@@ -73,6 +77,13 @@ def register(subparsers: Any) -> None:
     )
     node.add_parser("status", help="capacity, allocatable and devices").set_defaults(
         func=_node_status
+    )
+
+    plugin = groups.add_parser("plugin", help="in-process plugins' own devices").add_subparsers(
+        dest="ctl_action", metavar="status", required=True
+    )
+    plugin.add_parser("status", help="each plugin's devices and their health").set_defaults(
+        func=_plugin_status
     )
 
     device = groups.add_parser("device", help="devices of in-process plugins").add_subparsers(
@@ -213,6 +224,16 @@ def _node_status(args: argparse.Namespace) -> int:
                 print(f"  {device['id']} {device['health']} numa={numa}")
 
     return _run(args, {"op": "node.status"}, render)
+
+
+def _plugin_status(args: argparse.Namespace) -> int:
+    def render(result: dict[str, Any]) -> None:
+        for resource, status in result["plugins"].items():
+            print(f"{resource} {len(status['devices'])} devices")
+            for device in status["devices"]:
+                print(f"  {device['id']} {device['health']}")
+
+    return _run(args, {"op": "plugin.status"}, render)
 
 
 def _device_op(args: argparse.Namespace) -> int:

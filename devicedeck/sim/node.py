@@ -86,6 +86,9 @@ class _PluginControls:
     def plug(self, device_id: str) -> None:
         self._plugin.plug(device_id)
 
+    def devices(self) -> list[tuple[str, str]]:
+        return [(d.id, d.health) for d in self._plugin.devices()]
+
 
 class SimNode:
     def __init__(

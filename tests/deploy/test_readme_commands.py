@@ -389,6 +389,8 @@ NOT_RUNNABLE: dict[str, str] = {
     "kubectl apply -f deploy/kubernetes": "needs a real cluster",
     "kubectl apply -k deploy/kubernetes": "needs a real cluster",
     "kubectl -n devicedeck": "needs a real cluster",
+    ".venv/bin/devicedeck truth": "runs its own cluster for many minutes; tests/truth/test_run.py "
+    "runs a short seeded run",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -101,3 +102,19 @@ def test_device_commands_for_a_separate_plugin_say_it_is_not_reachable(
 def test_no_kubelet_running(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert sim_ctl(root, "pod", "list") == ctl.EXIT_UNAVAILABLE
     assert "no simulated kubelet answers" in capsys.readouterr().err
+
+
+def test_plugin_status_shows_the_plugins_own_devices(
+    root: Path, node: SimNode, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the plugin itself has, the truth an outside checker compares the service with."""
+    assert sim_ctl(root, "device", "health", DONGLE, "dongle-0", "Unhealthy") == ctl.EXIT_OK
+    assert sim_ctl(root, "device", "unplug", DONGLE, "dongle-1") == ctl.EXIT_OK
+    capsys.readouterr()
+
+    assert sim_ctl(root, "--json", "plugin", "status") == ctl.EXIT_OK
+    result = json.loads(capsys.readouterr().out)
+    assert result == {"plugins": {DONGLE: {"devices": [{"id": "dongle-0", "health": "Unhealthy"}]}}}
+
+    assert sim_ctl(root, "plugin", "status") == ctl.EXIT_OK
+    assert "dongle-0 Unhealthy" in capsys.readouterr().out

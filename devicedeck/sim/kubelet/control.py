@@ -12,6 +12,9 @@ Operations (arguments):
 - ``pod.delete`` (namespace, name) -> the deleted pod.
 - ``pod.list`` () -> {"pods": [...]} (active pods, with devices per container/resource).
 - ``node.status`` () -> {"resources": {RESOURCE: {capacity, allocatable, devices: [...]}}}.
+- ``plugin.status`` () -> {"plugins": {RESOURCE: {"devices": [{id, health}]}}}: what each
+  plugin running in the same process (sim-node) itself has now, whatever the kubelet has
+  heard of it yet.
 - ``device.health`` (resource, device_id, health: "Healthy"|"Unhealthy"),
   ``device.unplug`` / ``device.plug`` (resource, device_id) -> forwarded to the plugin when
   it runs in the same process (sim-node); otherwise refused, saying the plugin is not
@@ -61,6 +64,10 @@ class DeviceController(Protocol):
     def unplug(self, device_id: str) -> None: ...
 
     def plug(self, device_id: str) -> None: ...
+
+    def devices(self) -> list[tuple[str, str]]:
+        """(device id, health) of every device the plugin lists now."""
+        ...
 
 
 Dispatch = Callable[[dict[str, Any]], Any]

@@ -292,6 +292,21 @@ class SimKubelet:
             }
         return {"resources": resources}
 
+    def plugin_status(self) -> dict[str, Any]:
+        """Each in-process plugin's own devices, which may be ahead of what the kubelet has
+        heard from its ListAndWatch stream."""
+        return {
+            "plugins": {
+                resource: {
+                    "devices": [
+                        {"id": device_id, "health": health}
+                        for device_id, health in sorted(controller.devices())
+                    ]
+                }
+                for resource, controller in sorted(self._controllers.items())
+            }
+        }
+
     # --- control interface ----------------------------------------------------------------
 
     def handle_control(self, request: dict[str, Any]) -> Any:
@@ -311,6 +326,8 @@ class SimKubelet:
                 return {"pods": [describe_pod(p, self.manager) for p in self.pods.active()]}
             if op == "node.status":
                 return self.node_status()
+            if op == "plugin.status":
+                return self.plugin_status()
             if op in ("device.health", "device.unplug", "device.plug"):
                 return self._device_op(op, request)
         except (AdmissionError, PodSpecError) as e:
