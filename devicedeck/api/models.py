@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from devicedeck.api.examples import AT, EARLIER, example, example_of
 from devicedeck.api.kube_models import DraDeviceOut, ExtendedResourceOut
 from devicedeck.api.node_kube_models import NodeKubeStateOut
-from devicedeck.api.vocabulary import DeviceState, Health
+from devicedeck.api.vocabulary import DevicePresence, DeviceState, Health
 from devicedeck.inventory.events import EventKind
 
 
@@ -56,6 +56,7 @@ class DeviceOut(BaseModel):
             "health_source": "plugin",
             "health_detail": None,
             "state": "present",
+            "presence": "present",
             "numa_nodes": [0],
             "first_seen": EARLIER,
             "last_seen": AT,
@@ -79,6 +80,11 @@ class DeviceOut(BaseModel):
         "or removed), or was removed by the Node's capacity; null otherwise"
     )
     state: DeviceState
+    presence: DevicePresence = Field(
+        description="present, removed, or unhealthy_or_removed: a device whose health is "
+        "derived, not offered by the kubelet, when the Node's counts cannot say whether it is "
+        "the unhealthy one or one that went (its row stays present)"
+    )
     numa_nodes: list[int]
     first_seen: str | None
     last_seen: str | None

@@ -43,6 +43,7 @@ EVENT_LABELS = {
     "plugin_registered": "Plugin registered",
     "plugin_changed": "Plugin changed",
     "admin_action": "Admin action",
+    "devices_counted": "Devices counted",
 }
 # How an event kind reads at a glance: good news, bad news, or neither.
 EVENT_TONES = {

@@ -19,7 +19,7 @@ from devicedeck.config import AuthMode, KubeMode, Settings
 from devicedeck.dashboard_sessions import SessionLimits, start_session
 from devicedeck.db import write_session
 from devicedeck.inventory.events import EVENT_KINDS
-from devicedeck.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED
+from devicedeck.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY_OR_REMOVED
 from devicedeck.inventory.node_status import DEVICE_PLUGIN, MANUAL
 from devicedeck.kube.dra_health import CLAIM_STATUS, POD_STATUS
 from devicedeck.kube.dra_health_report import SOURCE as STREAM_SOURCE
@@ -145,6 +145,7 @@ def test_the_vocabularies_are_the_domains_own() -> None:
     assert get_args(vocabulary.Health) == HEALTH_VALUES
     assert get_args(vocabulary.ReportedHealth) == HEALTH_VALUES
     assert get_args(vocabulary.DeviceState) == (PRESENT, REMOVED)
+    assert get_args(vocabulary.DevicePresence) == (PRESENT, REMOVED, UNHEALTHY_OR_REMOVED)
     assert get_args(vocabulary.Scope) == SCOPES
     assert get_args(vocabulary.KubeModeName) == tuple(KubeMode)
     assert get_args(vocabulary.ExtendedSource) == (DEVICE_PLUGIN, MANUAL)
@@ -171,7 +172,7 @@ def test_closed_vocabularies_are_enums(client: TestClient) -> None:
     health = list(HEALTH_VALUES)
     assert parameter("listDevices", "health") == health
     assert parameter("listDraDevices", "health") == health
-    assert parameter("listDevices", "state") == [PRESENT, REMOVED, "any"]
+    assert parameter("listDevices", "state") == [PRESENT, REMOVED, UNHEALTHY_OR_REMOVED, "any"]
     assert parameter("listEvents", "kind") == list(EVENT_KINDS)
     assert parameter("listNodes", "sort") == ["name", "-name", "last_seen", "-last_seen"]
     device_sorts = parameter("listDevices", "sort")
