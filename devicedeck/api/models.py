@@ -181,6 +181,13 @@ class PluginOut(BaseModel):
     last_seen: str | None
 
 
+class UndecidedDevicesOut(BaseModel):
+    resource: str
+    unhealthy: int
+    removed: int
+    among: list[str]
+
+
 class NodeDetailOut(NodeOut):
     model_config = example(
         {
@@ -205,6 +212,11 @@ class NodeDetailOut(NodeOut):
     labels: dict[str, Any]
     conditions: list[Any]
     kube_synced_at: str | None
+    undecided_devices: list[UndecidedDevicesOut] = Field(
+        default=[],
+        description="per resource whose health is derived: devices the kubelet does not offer "
+        "that the Node's counts cannot tell unhealthy from removed, with how many are which",
+    )
     extended_resources: list[ExtendedResourceOut] = []
     manual_extended_resources: list[ExtendedResourceOut] = []
     dra_devices: list[DraDeviceOut] = []

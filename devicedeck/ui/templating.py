@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from devicedeck.inventory.derived_health import NOT_OFFERED_NO_STATUS
+from devicedeck.inventory.fields import UNHEALTHY, UNHEALTHY_OR_REMOVED
 from devicedeck.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")
@@ -97,8 +98,10 @@ def health_icon(health: Any) -> str:
 
 def health_label(device: Any) -> str:
     """The word a device's health badge shows: a derived Unhealthy that the Node's status
-    cannot confirm is not called plainly Unhealthy."""
+    cannot confirm, or cannot tell from a device that went, is not called plainly Unhealthy."""
     if device.get("health_detail") == NOT_OFFERED_NO_STATUS:
+        return UNSURE_LABEL
+    if device.get("presence") == UNHEALTHY_OR_REMOVED and device.get("health") == UNHEALTHY:
         return UNSURE_LABEL
     return str(device.get("health"))
 

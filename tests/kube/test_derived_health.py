@@ -234,6 +234,22 @@ def test_one_of_two_unhealthy_unplugged_is_not_guessed_and_neither_is_removed(
         headers=cluster.reader,
     ).json()["results"]
     assert sorted(d["device_id"] for d in listed) == ["gpu-1", "gpu-2"]
+    detail = cluster.client.get(f"/api/v1/nodes/{NODE}", headers=cluster.reader).json()
+    assert detail["undecided_devices"] == [
+        {"resource": GPU, "unhealthy": 1, "removed": 1, "among": ["gpu-1", "gpu-2"]}
+    ]
+    sign_in(cluster.client, cluster.reader["Authorization"][7:])
+    pk = cluster.devices()["gpu-2"]["id"]
+    for page in (
+        f"/devices/{pk}",
+        f"/nodes/{NODE}",
+        f"/devices?node={NODE}&state=unhealthy_or_removed",
+    ):
+        response = cluster.client.get(page)
+        assert response.status_code == 200
+        assert "Unhealthy or removed" in response.text, page
+    node_page = cluster.client.get(f"/nodes/{NODE}").text
+    assert "1 unhealthy, 1 removed among gpu-1, gpu-2" in node_page
 
     # Capacity rises again while neither is offered: both are counted unhealthy.
     cluster.status(4, 2)
