@@ -209,6 +209,15 @@ def test_an_agent_killed_and_restarted_keeps_the_truth_and_the_alerts(
             ),
             message="the failure and the removal alerted",
         )
+        # Not offered before the Node's status caught up, the unplugged dongle may have
+        # alerted as unhealthy first: its removal then ends that alert.
+        wait_until(
+            lambda: (
+                (("DevicedeckDeviceUnhealthy", unplugged, "firing") in receiver.alerts())
+                == (("DevicedeckDeviceUnhealthy", unplugged, "resolved") in receiver.alerts())
+            ),
+            message="the unplugged dongle's Unhealthy alert, if any, ended",
+        )
         wait_until(
             lambda: _unhealthy_gauge(watching_service, node_name) == 1,
             message="one Unhealthy dongle in /metrics",
