@@ -23,10 +23,10 @@ from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the app, run from bench/
 
-from devicedeck.background import clock_of
 from devicedeck.config import Settings
 from devicedeck.db import create_db_engine, make_session_factory
-from devicedeck.fleet_metrics import FleetGauges
+from devicedeck.runtime.background import clock_of
+from devicedeck.runtime.fleet_metrics import FleetGauges
 
 ROOT = Path(__file__).resolve().parents[1]
 DATABASE = "devicedeck_bench_scrape"

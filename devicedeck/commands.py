@@ -172,8 +172,8 @@ def _factory() -> Iterator[Any]:
 
 
 def run_token_create(args: argparse.Namespace) -> int:
-    from devicedeck.auth import create_token, describe_binding
     from devicedeck.clock import utcnow
+    from devicedeck.credentials.tokens import create_token, describe_binding
     from devicedeck.db import write_session
     from devicedeck.inventory.errors import InvalidInput
 
@@ -195,7 +195,7 @@ def run_token_create(args: argparse.Namespace) -> int:
 
 
 def run_token_list(_args: argparse.Namespace) -> int:
-    from devicedeck.auth import describe_binding, list_tokens
+    from devicedeck.credentials.tokens import describe_binding, list_tokens
 
     with _factory() as factory, factory() as session:
         tokens = list_tokens(session)
@@ -213,8 +213,8 @@ def run_token_list(_args: argparse.Namespace) -> int:
 
 
 def run_token_revoke(args: argparse.Namespace) -> int:
-    from devicedeck.auth import revoke_token
     from devicedeck.clock import utcnow
+    from devicedeck.credentials.tokens import revoke_token
     from devicedeck.db import write_session
     from devicedeck.inventory.errors import NotFound
 

@@ -11,24 +11,25 @@ from fastapi import Depends, FastAPI
 
 from devicedeck import __version__
 from devicedeck.api import docs, ingest, inventory, kube, openapi, service, tokens
-from devicedeck.auth import ANONYMOUS_READER, TokenCache
-from devicedeck.background import (
-    clock_of,
-    start_background_tasks,
-    start_fleet_gauge_renewal,
-    start_stale_sweep,
-)
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode, KubeMode, Settings
+from devicedeck.credentials.tokens import ANONYMOUS_READER, TokenCache
 from devicedeck.db import (
     create_db_engine,
     create_event_loop_database,
     make_session_factory,
 )
-from devicedeck.fleet_metrics import FleetGauges
-from devicedeck.inventory.ingest import SnapshotIngest
+from devicedeck.inventory.write.ingest import SnapshotIngest
 from devicedeck.kube.status import WATCH_STATES, watch_states
-from devicedeck.metrics import ServiceMetrics
+from devicedeck.runtime.background import (
+    clock_of,
+    start_background_tasks,
+    start_fleet_gauge_renewal,
+    start_stale_sweep,
+)
+from devicedeck.runtime.fleet_metrics import FleetGauges
+from devicedeck.runtime.metrics import ServiceMetrics
+from devicedeck.runtime.webhooks import configure_outbox, start_webhook_senders
 from devicedeck.ui import install_ui
 from devicedeck.web.caller_first import EarlyAnswers
 from devicedeck.web.compression import CompressionMiddleware
@@ -40,7 +41,6 @@ from devicedeck.web.limits import (
 )
 from devicedeck.web.observe import RequestObserver
 from devicedeck.web.state import ServiceState, service_state
-from devicedeck.webhooks import configure_outbox, start_webhook_senders
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from devicedeck.auth import create_token
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode, Settings
+from devicedeck.credentials.tokens import create_token
 from devicedeck.db import create_db_engine, make_session_factory, write_session
 from devicedeck.inventory.models import Base
 from devicedeck.main import create_app

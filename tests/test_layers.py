@@ -1,7 +1,8 @@
 """The layers of DESIGN.md, read from the imports of every module under devicedeck/.
 
 kubelet <- inventory <- kube <- (api, ui) <- main; api and ui share devicedeck/web and never import
-each other; the agent and the simulators reach no database code and no domain.
+each other; the agent and the simulators reach no database code and no domain. Every top-level
+module and package of devicedeck/ has a declared layer, so a new one is placed on purpose.
 """
 
 from __future__ import annotations
@@ -15,19 +16,53 @@ APP = Path(__file__).resolve().parents[1] / "devicedeck"
 DATABASE = {
     "devicedeck.db",
     "devicedeck.inventory",
-    "devicedeck.auth",
+    "devicedeck.credentials",
     "sqlalchemy",
     "alembic",
     "psycopg",
 }
 SERVICE = {
     "devicedeck.main",
-    "devicedeck.background",
+    "devicedeck.runtime",
     "devicedeck.api",
     "devicedeck.ui",
     "devicedeck.web",
     "devicedeck.kube",
 }
+
+# Every top-level module and package of devicedeck/, lowest layer first. A module imports its own
+# package or area, or an area of a lower layer; never one of its own layer or a higher one.
+LAYERS: list[tuple[str, set[str]]] = [
+    (
+        "basics",
+        {
+            "devicedeck",
+            "devicedeck.clock",
+            "devicedeck.config",
+            "devicedeck.retry",
+            "devicedeck.signals",
+            "devicedeck.resources",
+        },
+    ),
+    (
+        "wire, storage and logging",
+        {"devicedeck.kubelet", "devicedeck.db", "devicedeck.migrate", "devicedeck.logs"},
+    ),
+    (
+        "domain, and the processes beside the service",
+        {"devicedeck.inventory", "devicedeck.agent", "devicedeck.sim"},
+    ),
+    ("credentials and the service's own work", {"devicedeck.credentials", "devicedeck.runtime"}),
+    ("cluster", {"devicedeck.kube"}),
+    ("shared web layer", {"devicedeck.web"}),
+    ("JSON API and dashboard", {"devicedeck.api", "devicedeck.ui"}),
+    (
+        "the application and the demo",
+        {"devicedeck.main", "devicedeck.demo", "devicedeck.rule_file"},
+    ),
+    ("commands", {"devicedeck.commands", "devicedeck.cli"}),
+]
+LAYER_OF = {name: rank for rank, (_, names) in enumerate(LAYERS) for name in names}
 
 # importer -> what it must never import (a name covers the package and its modules).
 FORBIDDEN: dict[str, set[str]] = {
@@ -52,16 +87,11 @@ FORBIDDEN: dict[str, set[str]] = {
     },
     "devicedeck.api": {"devicedeck.main", "devicedeck.ui", "devicedeck.agent", "devicedeck.sim"},
     "devicedeck.ui": {"devicedeck.main", "devicedeck.api", "devicedeck.agent", "devicedeck.sim"},
-    "devicedeck.background": {
+    "devicedeck.runtime": {
         "devicedeck.main",
         "devicedeck.api",
         "devicedeck.ui",
-        "devicedeck.kube",
-    },
-    "devicedeck.webhooks": {
-        "devicedeck.main",
-        "devicedeck.api",
-        "devicedeck.ui",
+        "devicedeck.web",
         "devicedeck.kube",
         "devicedeck.agent",
         "devicedeck.sim",
@@ -120,6 +150,35 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
     assert broken == []
 
 
+def top_level_names() -> set[str]:
+    """The modules and packages directly under devicedeck/, and the package itself."""
+    found = {"devicedeck"}
+    for path in APP.iterdir():
+        if path.suffix == ".py" and path.name != "__init__.py":
+            found.add(f"devicedeck.{path.stem}")
+        elif (path / "__init__.py").is_file():
+            found.add(f"devicedeck.{path.name}")
+    return found
+
+
+def test_every_top_level_module_has_a_layer() -> None:
+    assert sorted(top_level_names() - set(LAYER_OF)) == []
+    assert sorted(set(LAYER_OF) - top_level_names()) == []
+
+
+def test_no_module_imports_its_own_layer_or_a_higher_one() -> None:
+    broken = []
+    for module, imported in all_imports().items():
+        own = area(module)
+        for name in sorted(imported):
+            target = area(name)
+            if target == own or own not in LAYER_OF or target not in LAYER_OF:
+                continue
+            if LAYER_OF[target] >= LAYER_OF[own]:
+                broken.append(f"{module} imports {name}")
+    assert broken == []
+
+
 def test_no_import_cycle_between_app_packages() -> None:
     modules = all_imports()
     graph: dict[str, set[str]] = defaultdict(set)
@@ -152,6 +211,6 @@ def test_no_import_cycle_between_app_packages() -> None:
 def test_the_rules_see_real_imports() -> None:
     """The reader finds the arrows that exist, so an empty list of breaks means something."""
     modules = all_imports()
-    assert "devicedeck.inventory.other_writers" in modules["devicedeck.kube.pod_sync"]
+    assert "devicedeck.inventory.write.other_writers" in modules["devicedeck.kube.pod_sync"]
     assert "devicedeck.kubelet.names" in modules["devicedeck.inventory.schemas"]
     assert any(within(name, "devicedeck.web") for name in modules["devicedeck.ui.routes.devices"])

@@ -9,7 +9,7 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict
 
 from devicedeck.api.examples import example_of
-from devicedeck.inventory.pages import Page
+from devicedeck.inventory.read.pagination import Page
 from devicedeck.web.state import service_state
 
 T = TypeVar("T")

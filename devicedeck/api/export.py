@@ -19,7 +19,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.api.envelope import envelope
-from devicedeck.inventory.pages import MAX_LIMIT, Page
+from devicedeck.inventory.read.pagination import MAX_LIMIT, Page
 
 Format = Literal["json", "csv"]
 FetchPage = Callable[[Session, str | None, int], Page[dict[str, Any]]]

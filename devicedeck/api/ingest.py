@@ -11,12 +11,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from devicedeck.api.examples import example
 from devicedeck.api.models import NOT_JSON, ErrorOut
-from devicedeck.auth import Principal, check_node
 from devicedeck.clock import utcnow
+from devicedeck.credentials.tokens import Principal, check_node
 from devicedeck.db import write_session
+from devicedeck.inventory.dra.health_reports import DraHealthSnapshot, apply_dra_health_report
 from devicedeck.inventory.errors import DomainError
-from devicedeck.inventory.ingest import IngestResult
-from devicedeck.inventory.receipts import PODRESOURCES_STREAM, listandwatch_stream
 from devicedeck.inventory.schemas import (
     ListAndWatchPlace,
     ListAndWatchSnapshot,
@@ -24,10 +23,11 @@ from devicedeck.inventory.schemas import (
     SnapshotPlace,
     repeat_digest,
 )
-from devicedeck.kube.dra_health_report import DraHealthSnapshot, apply_dra_health_report
+from devicedeck.inventory.write.ingest import IngestResult
+from devicedeck.inventory.write.receipts import PODRESOURCES_STREAM, listandwatch_stream
 from devicedeck.web.caller_first import CallerFirstRoute, Shortcut
+from devicedeck.web.db_sessions import SessionFactory
 from devicedeck.web.principal import Ingester, current_principal
-from devicedeck.web.sessions import SessionFactory
 from devicedeck.web.state import service_state
 
 

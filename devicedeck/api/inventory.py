@@ -31,11 +31,11 @@ from devicedeck.api.vocabulary import (
     StateChoice,
 )
 from devicedeck.inventory.fields import NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
-from devicedeck.inventory.history import EventFilters, list_events
-from devicedeck.inventory.pages import DEFAULT_LIMIT, MAX_KEY, Page
-from devicedeck.inventory.pod_history import get_pod_history
-from devicedeck.inventory.pods import PodFilters, list_pods
-from devicedeck.inventory.queries import (
+from devicedeck.inventory.read.history import EventFilters, list_events
+from devicedeck.inventory.read.pagination import DEFAULT_LIMIT, MAX_KEY, Page
+from devicedeck.inventory.read.pod_history import get_pod_history
+from devicedeck.inventory.read.pods import PodFilters, list_pods
+from devicedeck.inventory.read.queries import (
     DeviceFilters,
     NodeFilters,
     get_device,
@@ -44,8 +44,8 @@ from devicedeck.inventory.queries import (
     list_nodes,
     list_resources,
 )
+from devicedeck.web.db_sessions import QueryClock, ReadSession, SessionFactory
 from devicedeck.web.principal import Reader
-from devicedeck.web.sessions import QueryClock, ReadSession, SessionFactory
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},

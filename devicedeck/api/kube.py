@@ -21,18 +21,18 @@ from devicedeck.api.models import NOT_JSON, ErrorOut
 from devicedeck.api.params import Cursor, Limit, Text
 from devicedeck.api.vocabulary import HealthChoice
 from devicedeck.clock import utcnow
-from devicedeck.inventory.cluster_pods import KubePodFilters, list_kube_pods
-from devicedeck.inventory.dra_devices import DraFilters, list_dra_devices
-from devicedeck.inventory.dra_history import dra_device_details
+from devicedeck.inventory.cluster.pods import KubePodFilters, list_kube_pods
+from devicedeck.inventory.dra.devices import DraFilters, list_dra_devices
+from devicedeck.inventory.dra.history import dra_device_details
 from devicedeck.inventory.errors import NotFound
 from devicedeck.inventory.fields import NAME_MAX, NAMESPACE_MAX, RESOURCE_MAX
-from devicedeck.inventory.pages import DEFAULT_LIMIT
+from devicedeck.inventory.read.pagination import DEFAULT_LIMIT
 from devicedeck.kube.extended_admin import change_extended_resource
 from devicedeck.kube.status import cluster_status
 from devicedeck.kube.watcher import start_cluster_integration
 from devicedeck.web.caller_first import CallerFirstRoute
+from devicedeck.web.db_sessions import CurrentSettings, ReadSession, SessionFactory
 from devicedeck.web.principal import Admin, Reader
-from devicedeck.web.sessions import CurrentSettings, ReadSession, SessionFactory
 from devicedeck.web.state import service_state
 
 ERRORS: dict[int | str, dict[str, Any]] = {

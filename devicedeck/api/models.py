@@ -182,6 +182,15 @@ class PluginOut(BaseModel):
 
 
 class UndecidedDevicesOut(BaseModel):
+    model_config = example(
+        {
+            "resource": "example.com/dongle",
+            "unhealthy": 1,
+            "removed": 1,
+            "among": ["dongle-4", "dongle-5"],
+        }
+    )
+
     resource: str
     unhealthy: int
     removed: int

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Query
 
 from devicedeck.inventory.fields import CURSOR_MAX, NAME_MAX
-from devicedeck.inventory.pages import MAX_LIMIT
+from devicedeck.inventory.read.pagination import MAX_LIMIT
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")]
 Cursor = Annotated[

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from devicedeck.web.sessions import SessionFactory
+from devicedeck.web.db_sessions import SessionFactory
 from devicedeck.web.state import service_state
 
 router = APIRouter(tags=["service"])

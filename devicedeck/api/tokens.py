@@ -12,14 +12,14 @@ from devicedeck.api.envelope import ListEnvelope, envelope
 from devicedeck.api.examples import example
 from devicedeck.api.models import NOT_JSON, ErrorOut
 from devicedeck.api.vocabulary import Scope, ScopeChoice
-from devicedeck.auth import create_token, list_tokens, revoke_token
 from devicedeck.clock import utcnow
+from devicedeck.credentials.tokens import create_token, list_tokens, revoke_token
 from devicedeck.db import write_session
 from devicedeck.inventory.models import ApiToken
-from devicedeck.inventory.pages import Page
+from devicedeck.inventory.read.pagination import Page
 from devicedeck.web.caller_first import CallerFirstRoute
+from devicedeck.web.db_sessions import ReadSession, SessionFactory
 from devicedeck.web.principal import Admin, token_cache
-from devicedeck.web.sessions import ReadSession, SessionFactory
 
 router = APIRouter(
     prefix="/api/v1/tokens",

@@ -12,10 +12,10 @@ from typing import Annotated, Literal
 
 from pydantic import WithJsonSchema
 
-from devicedeck.auth import SCOPES
+from devicedeck.credentials.tokens import SCOPES
 from devicedeck.inventory.events import EVENT_KINDS
 from devicedeck.inventory.fields import HEALTH_VALUES
-from devicedeck.inventory.queries import DEVICE_SORTS, NODE_SORTS, STATE_VALUES
+from devicedeck.inventory.read.queries import DEVICE_SORTS, NODE_SORTS, STATE_VALUES
 
 Health = Literal["Healthy", "Unhealthy", "Unknown"]
 # A DRA device's reported health: Unknown only when a driver's health stream says so.

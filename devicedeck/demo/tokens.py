@@ -13,8 +13,8 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from devicedeck.auth import authenticate, create_token
 from devicedeck.clock import utcnow
+from devicedeck.credentials.tokens import authenticate, create_token
 from devicedeck.db import write_session
 from devicedeck.inventory.models import ApiToken
 

@@ -10,9 +10,9 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.alerts import write_outbox
-from devicedeck.inventory.bulk import BulkInsert, Write, write_together
 from devicedeck.inventory.models import Event, table_of
+from devicedeck.inventory.notifications.alerts import write_outbox
+from devicedeck.inventory.write.bulk import BulkInsert, Write, write_together
 
 _INSERT_EVENTS = BulkInsert(
     table_of(Event),
@@ -122,7 +122,7 @@ class EventLog:
         self, session: Session, writes: Sequence[Write], *, new_devices: str | None = None
     ) -> None:
         """`write` on PostgreSQL, in one statement with the transaction's other `writes`
-        (devicedeck/inventory/bulk.py `write_together`), which go before the events.
+        (devicedeck/inventory/write/bulk.py `write_together`), which go before the events.
 
         `new_devices` names the part of `writes` that inserts devices, returning their id,
         resource and device_id: a device's or an allocation's event logged with no device_pk

@@ -112,7 +112,7 @@ class Node(Base):
     taints: Mapped[list[Any] | None]
     kube_synced_at: Mapped[datetime | None]
     # Per derived resource, the last observation the derived-health rule judged
-    # (devicedeck/inventory/derived_health.py, `Basis`).
+    # (devicedeck/inventory/write/derived_health.py, `Basis`).
     derived_basis: Mapped[dict[str, Any] | None]
 
 
@@ -200,7 +200,7 @@ class Device(Base):
     last_seen: Mapped[datetime]
     removed_at: Mapped[datetime | None]
     # Removed although its derived stream still lists it: the Node's status counts fewer
-    # devices than the kubelet's lists show (devicedeck/inventory/derived_health.py).
+    # devices than the kubelet's lists show (devicedeck/inventory/write/derived_health.py).
     removed_by_capacity: Mapped[bool] = mapped_column(server_default=false())
     # Present as far as anyone can tell, but maybe removed: the kubelet does not offer it and
     # the Node's counts cannot say whether it is the unhealthy one or one that went.
@@ -425,4 +425,4 @@ class Notification(Base):
 
 # The cluster tables (filled by the cluster watcher) live in their own module; importing it keeps
 # Base.metadata complete for Alembic, the schema check and the tests' TRUNCATE.
-from devicedeck.inventory import cluster_models as _cluster_models  # noqa: E402,F401
+from devicedeck.inventory.cluster import models as _cluster_models  # noqa: E402,F401

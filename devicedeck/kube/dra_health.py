@@ -1,7 +1,6 @@
-"""DRA device health with its provenance, and its history as events.
-
-Two sources reach the service through the API server (a third, the drivers' own health
-streams, through node agents: devicedeck/kube/dra_health_report.py):
+"""DRA device health as the API server reports it, recorded through the domain
+(devicedeck/inventory/dra/health.py; the drivers' own health streams reach it through node
+agents: devicedeck/inventory/dra/health_reports.py). Two sources:
 - pod status (KEP-4680): `allocatedResourcesStatus` entries named `claim:REF[/REQUEST]`, REF
   being the container's claim reference; the kubelet names each device by the first CDI
   device ID its driver gave it, else `driver/pool/device`;
@@ -19,13 +18,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.cluster_models import (
-    DraClaim,
-    DraClaimDevice,
-    DraDevice,
-    DraDeviceHealth,
-    KubePod,
-)
+from devicedeck.inventory.cluster.models import DraClaim, DraClaimDevice, KubePod
+from devicedeck.inventory.dra.health import DeviceKey, set_health
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.fields import HEALTHY, UNHEALTHY
 from devicedeck.inventory.models import ClaimAllocation, Node
@@ -34,14 +28,6 @@ POD_STATUS = "pod_status"
 CLAIM_STATUS = "claim_status"
 CLAIM_PREFIX = "claim:"
 HEALTH_CONDITIONS = ("Ready", "Healthy")
-MESSAGE_LIMIT = 1024
-
-DeviceKey = tuple[str, str, str]
-
-
-def device_id(key: DeviceKey) -> str:
-    """driver/pool/device: how events and the kubelet name a DRA device."""
-    return "/".join(key)
 
 
 def parse_device_id(value: str) -> DeviceKey | None:
@@ -53,68 +39,6 @@ def parse_device_id(value: str) -> DeviceKey | None:
     if len(parts) < 3 or not all(parts):
         return None
     return parts[0], "/".join(parts[1:-1]), parts[-1]
-
-
-def set_health(
-    session: Session,
-    key: DeviceKey,
-    health: str,
-    *,
-    raw: str,
-    source: str,
-    reported_by: str,
-    message: str | None,
-    now: datetime,
-    log: EventLog,
-    node: str | None = None,
-) -> None:
-    """Record a report; a change of health (not of the wording) is an event. `node` stands in
-    for the device's node while no slice publishes the device on one."""
-    driver, pool, name = key
-    row = session.scalars(
-        select(DraDeviceHealth).where(
-            DraDeviceHealth.driver == driver,
-            DraDeviceHealth.pool == pool,
-            DraDeviceHealth.device == name,
-        )
-    ).one_or_none()
-    published_on = session.scalar(
-        select(DraDevice.node)
-        .where(DraDevice.driver == driver, DraDevice.pool == pool, DraDevice.device == name)
-        .order_by(DraDevice.pool_generation.desc(), DraDevice.id)
-        .limit(1)
-    )
-    node = published_on or node
-    message = message[:MESSAGE_LIMIT] if message else None
-    if row is not None and row.health == health:
-        row.raw_health, row.health_source, row.reported_by = raw, source, reported_by
-        row.message = message
-        return
-    before = (
-        {"health": row.health, "raw_health": row.raw_health, "health_source": row.health_source}
-        if row is not None
-        else None
-    )
-    log.add(
-        "dra_health_changed",
-        node=node,
-        resource=driver,
-        device_id=device_id(key),
-        before=before,
-        after={
-            "health": health,
-            "raw_health": raw,
-            "health_source": source,
-            "reported_by": reported_by,
-            "message": message,
-        },
-    )
-    if row is None:
-        row = DraDeviceHealth(driver=driver, pool=pool, device=name)
-        session.add(row)
-    row.node = node
-    row.health, row.raw_health, row.health_source = health, raw, source
-    row.reported_by, row.message, row.changed_at = reported_by, message, now
 
 
 def condition_health(conditions: list[Any]) -> tuple[str, str, str | None] | None:

@@ -1,7 +1,7 @@
 """DRA objects (resource.k8s.io, any served version) -> dra_slices, dra_devices, dra_claims.
 
 Slices are stored as the API server has them, every generation, and empty ones too; readers
-keep only the highest generation of each pool, as DRA consumers must (inventory/dra_devices.py).
+keep only the highest generation of each pool, as DRA consumers must (inventory/dra/devices.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.cluster_models import DraClaim, DraClaimDevice, DraDevice, DraSlice
+from devicedeck.inventory.cluster.models import DraClaim, DraClaimDevice, DraDevice, DraSlice
 from devicedeck.inventory.events import EventLog
 from devicedeck.kube import dra_objects
 from devicedeck.kube.dra_health import apply_claim_conditions

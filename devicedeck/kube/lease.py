@@ -35,7 +35,7 @@ from kubernetes.config.config_exception import ConfigException
 from devicedeck.config import KubeMode, Settings
 from devicedeck.kube.client import KubeApi
 from devicedeck.kube.errors import ApiStatus, ApiUnreachable
-from devicedeck.leadership import stop_work
+from devicedeck.runtime.leadership import stop_work
 
 log = logging.getLogger(__name__)
 

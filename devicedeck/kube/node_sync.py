@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.models import Node
-from devicedeck.inventory.other_writers import reconsider_derived_devices
-from devicedeck.inventory.receipts import lock_node
+from devicedeck.inventory.write.node_lock import lock_node
+from devicedeck.inventory.write.other_writers import reconsider_derived_devices
 
 ACTOR = "kube-watcher"
 CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")

@@ -14,10 +14,14 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.cluster_models import KubePod
+from devicedeck.inventory.cluster.extended_resources import is_extended_resource, quantity
+from devicedeck.inventory.cluster.models import KubePod
 from devicedeck.inventory.events import EventLog
-from devicedeck.inventory.extended_resources import is_extended_resource, quantity
-from devicedeck.inventory.other_writers import apply_reported_health, join_allocations, release_pod
+from devicedeck.inventory.write.other_writers import (
+    apply_reported_health,
+    join_allocations,
+    release_pod,
+)
 from devicedeck.kube.dra_health import apply_pod_dra_health, changed_health_reports
 from devicedeck.kube.node_sync import ACTOR
 

@@ -25,7 +25,7 @@ from devicedeck.kube.reflector import Reflector, Sync
 from devicedeck.kube.service_accounts import ServiceAccountReviewer, parse_service_accounts
 
 if TYPE_CHECKING:
-    from devicedeck.background import BackgroundTasks
+    from devicedeck.runtime.background import BackgroundTasks
 
 log = logging.getLogger(__name__)
 

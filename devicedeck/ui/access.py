@@ -12,8 +12,8 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 
-from devicedeck.auth import ANONYMOUS_READER, Principal
 from devicedeck.config import AuthMode, Settings
+from devicedeck.credentials.tokens import ANONYMOUS_READER, Principal
 from devicedeck.ui.render import render_error
 from devicedeck.web.caller_first import checked_before_body
 from devicedeck.web.principal import current_principal

@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from devicedeck.inventory.history import latest_event_id
+from devicedeck.inventory.read.history import latest_event_id
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment
 from markupsafe import Markup
 
-from devicedeck.auth import ANONYMOUS_READER, Principal
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode
+from devicedeck.credentials.tokens import ANONYMOUS_READER, Principal
 from devicedeck.ui.security import CSRF_FIELD, csrf_token, set_csrf_cookie
 from devicedeck.web.state import service_state
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from devicedeck.auth import Principal
 from devicedeck.clock import utcnow
 from devicedeck.config import Settings
-from devicedeck.dashboard_sessions import SessionLimits, live_sessions, live_tokens
+from devicedeck.credentials.dashboard_sessions import SessionLimits, live_sessions, live_tokens
+from devicedeck.credentials.tokens import Principal
 from devicedeck.ui.live import CLOSED, put_newest
 from devicedeck.web.principal import session_limits
 

@@ -16,8 +16,8 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from devicedeck.inventory.derived_health import NOT_OFFERED_NO_STATUS
 from devicedeck.inventory.fields import UNHEALTHY, UNHEALTHY_OR_REMOVED
+from devicedeck.inventory.write.derived_health import NOT_OFFERED_NO_STATUS
 from devicedeck.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")
@@ -104,6 +104,13 @@ def health_label(device: Any) -> str:
     if device.get("presence") == UNHEALTHY_OR_REMOVED and device.get("health") == UNHEALTHY:
         return UNSURE_LABEL
     return str(device.get("health"))
+
+
+def numa_label(numa_nodes: list[int]) -> str:
+    """A group of a node's devices named by the NUMA nodes its devices sit on."""
+    if not numa_nodes:
+        return "No NUMA affinity"
+    return "NUMA " + " + ".join(str(n) for n in numa_nodes)
 
 
 def number(value: Any) -> str:
@@ -201,6 +208,7 @@ def build_environment() -> Environment:
         health_icon=health_icon,
         health_label=health_label,
         number=number,
+        numa_label=numa_label,
         event_label=event_label,
         event_tone=event_tone,
         iso_utc=iso_utc,

@@ -12,7 +12,7 @@ from fastapi.routing import iter_route_contexts
 from starlette.routing import BaseRoute, Mount, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from devicedeck.metrics import ServiceMetrics
+from devicedeck.runtime.metrics import ServiceMetrics
 
 access_log = logging.getLogger("devicedeck.access")
 

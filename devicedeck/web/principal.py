@@ -10,7 +10,14 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from devicedeck.auth import (
+from devicedeck.clock import utcnow
+from devicedeck.config import AuthMode, Settings
+from devicedeck.credentials.dashboard_sessions import (
+    SessionLimits,
+    authenticate_session,
+    record_session_use,
+)
+from devicedeck.credentials.tokens import (
     ANONYMOUS_READER,
     TOKEN_PREFIX,
     Principal,
@@ -18,9 +25,6 @@ from devicedeck.auth import (
     authenticate,
     record_token_use,
 )
-from devicedeck.clock import utcnow
-from devicedeck.config import AuthMode, Settings
-from devicedeck.dashboard_sessions import SessionLimits, authenticate_session, record_session_use
 from devicedeck.db import write_session
 from devicedeck.kube.service_accounts import (
     ReviewedAgent,
@@ -33,7 +37,7 @@ from devicedeck.web.observe import PRINCIPAL_KEY
 from devicedeck.web.proxy import ProxyUserRefused, ignored_header, proxy_user
 from devicedeck.web.state import service_state
 
-# The dashboard's cookie: a session id (devicedeck/dashboard_sessions.py), never a token.
+# The dashboard's cookie holds a session id (credentials/dashboard_sessions.py), never a token.
 SESSION_COOKIE = "devicedeck_session"
 # Earlier versions kept the API token itself in this cookie. It is never read; signing in or
 # out deletes it from the browser.

@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from devicedeck.auth import Principal
 from devicedeck.config import Settings, split_list
+from devicedeck.credentials.tokens import Principal
 
 PEER_KEY = "devicedeck.peer"
 MAX_USER_LENGTH = 253

@@ -16,14 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
 from starlette.datastructures import State
 
-from devicedeck.auth import TokenCache
 from devicedeck.config import Settings
+from devicedeck.credentials.tokens import TokenCache
 from devicedeck.db import EventLoopDatabase
-from devicedeck.inventory.ingest import SnapshotIngest
+from devicedeck.inventory.write.ingest import SnapshotIngest
 from devicedeck.kube.client import KubeApi
 from devicedeck.kube.service_accounts import ServiceAccountReviewer
-from devicedeck.leadership import Election
-from devicedeck.metrics import ServiceMetrics
+from devicedeck.runtime.leadership import Election
+from devicedeck.runtime.metrics import ServiceMetrics
 
 if TYPE_CHECKING:
     from devicedeck.web.errors import ErrorPage
@@ -44,7 +44,7 @@ class ServiceState(State):
     event_loop_database: EventLoopDatabase | None
     ingest: SnapshotIngest
     metrics: ServiceMetrics
-    # Whether this process runs the work only one process runs (devicedeck/leadership.py).
+    # Whether this process runs the work only one process runs (devicedeck/runtime/leadership.py).
     leadership: Election
     # The cluster integration: its client, or why there is none (None when it is off).
     kube_api: KubeApi | None

@@ -8,7 +8,7 @@ A device of an untapped resource that the kubelet does not offer may be unhealth
 when the Node's counts cannot say which, `presence_uncertain` marks it. `derived_basis` holds,
 per resource, the last observation the rule judged (capacity, devices offered, and what it
 concluded of each other device), which the next observation is compared with
-(devicedeck/inventory/derived_health.py).
+(devicedeck/inventory/write/derived_health.py).
 """
 
 from collections.abc import Sequence

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -112,6 +114,11 @@ def test_kubectl_reports_the_servers_errors(kubeconfig: Path, core: k8s.CoreV1Ap
     assert core.read_node("node-a").to_dict() == before
 
 
+def _put_lines(stream: Any, lines: queue.Queue[str]) -> None:
+    for line in stream:
+        lines.put(line.strip())
+
+
 @needs_kubectl
 def test_kubectl_lists_and_watches_pods(kubeconfig: Path, core: k8s.CoreV1Api) -> None:
     core.create_namespaced_pod("ml", pod_object("ml", "train", "node-a"))
@@ -139,19 +146,29 @@ def test_kubectl_lists_and_watches_pods(kubeconfig: Path, core: k8s.CoreV1Api) -
         text=True,
         env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / "kube-cache")},
     )
+    lines: queue.Queue[str] = queue.Queue()
+    assert watcher.stdout is not None
+    reader = threading.Thread(target=_put_lines, args=(watcher.stdout, lines))
+    reader.start()
     try:
-        # The watch is open once kubectl has listed; create until it reports the pod.
-        deadline = time.monotonic() + 30
-        line = ""
-        assert watcher.stdout is not None
-        time.sleep(1.0)
-        core.create_namespaced_pod("ml", pod_object("ml", "later", "node-a"))
-        while time.monotonic() < deadline and not line:
-            line = watcher.stdout.readline().strip()
-        assert line == "pod/later"
+        # kubectl reports only what happens after its list, and a busy machine may start it
+        # late: create a pod every few seconds until the watch reports one of them.
+        deadline = time.monotonic() + 60
+        created: list[str] = []
+        seen = ""
+        while time.monotonic() < deadline and not seen:
+            name = f"later-{len(created)}"
+            core.create_namespaced_pod("ml", pod_object("ml", name, "node-a"))
+            created.append(f"pod/{name}")
+            try:
+                seen = lines.get(timeout=5)
+            except queue.Empty:
+                continue
+        assert seen in created, (seen, created)
     finally:
         watcher.terminate()
         watcher.wait(timeout=10)
+        reader.join(timeout=10)
         if watcher.stdout:
             watcher.stdout.close()
         if watcher.stderr:

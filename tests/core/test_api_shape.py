@@ -367,7 +367,7 @@ FORGED_CURSORS = [
 
 
 def test_forged_cursors_are_422_not_5xx(api: Api) -> None:
-    from devicedeck.inventory.pages import encode_cursor
+    from devicedeck.inventory.read.pagination import encode_cursor
 
     populate(api, 1)
     for path, params, sort, values in FORGED_CURSORS:

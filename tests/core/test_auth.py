@@ -15,8 +15,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from devicedeck.auth import Principal, TokenCache
 from devicedeck.config import AuthMode, Settings
+from devicedeck.credentials.tokens import Principal, TokenCache
 from devicedeck.main import create_app
 
 from .conftest import Api, MakeApi, dev, listandwatch

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from devicedeck.clock import utcnow
 from devicedeck.db import write_session
 from devicedeck.inventory.models import Allocation, Device, DeviceCount, Node
-from devicedeck.inventory.pages import bounded_count
+from devicedeck.inventory.read.pagination import bounded_count
 
 from .conftest import GPU, NIC, Api, dev, held, listandwatch, pod, podresources
 

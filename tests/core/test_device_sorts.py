@@ -8,9 +8,9 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from devicedeck.inventory.freshness import Freshness
 from devicedeck.inventory.models import Device, Node
-from devicedeck.inventory.queries import (
+from devicedeck.inventory.read.freshness import Freshness
+from devicedeck.inventory.read.queries import (
     DEVICE_SORTS,
     DeviceFilters,
     _device_conditions,

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicedeck.inventory.receipts import listandwatch_stream
 from devicedeck.inventory.schemas import repeat_digest
+from devicedeck.inventory.write.receipts import listandwatch_stream
 from devicedeck.web.state import service_state
 
 from .conftest import GPU, Api, dev, held, listandwatch, pod, podresources

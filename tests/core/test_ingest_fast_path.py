@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 
 from devicedeck.config import Settings
 from devicedeck.db import libpq_url
-from devicedeck.inventory.ingest import EVENT_LOOP_MAX_BODY
+from devicedeck.inventory.write.ingest import EVENT_LOOP_MAX_BODY
 from devicedeck.main import create_app
 
 from .conftest import GPU, Api, MakeApi, dev, listandwatch, wait_until

@@ -12,8 +12,8 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devicedeck.inventory.dra.health_reports import DraHealthSnapshot
 from devicedeck.inventory.schemas import _Input, check_device_id, check_storable_text
-from devicedeck.kube.dra_health_report import DraHealthSnapshot
 
 from .conftest import GPU, Api, MakeApi, dev, held, listandwatch, pod, podresources
 from .test_ingest_validation import LAW, PODRES, assert_refused, good_law, good_podres, setter

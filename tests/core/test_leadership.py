@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from devicedeck.leadership import Leadership, _still_connected
+from devicedeck.runtime.leadership import Leadership, _still_connected
 
 
 class HeldStatement:

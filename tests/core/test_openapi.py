@@ -13,16 +13,16 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.api import vocabulary
-from devicedeck.auth import SCOPES, authenticate
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode, KubeMode, Settings
-from devicedeck.dashboard_sessions import SessionLimits, start_session
+from devicedeck.credentials.dashboard_sessions import SessionLimits, start_session
+from devicedeck.credentials.tokens import SCOPES, authenticate
 from devicedeck.db import write_session
+from devicedeck.inventory.dra.health_reports import SOURCE as STREAM_SOURCE
 from devicedeck.inventory.events import EVENT_KINDS
 from devicedeck.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY_OR_REMOVED
-from devicedeck.inventory.node_status import DEVICE_PLUGIN, MANUAL
+from devicedeck.inventory.read.node_status import DEVICE_PLUGIN, MANUAL
 from devicedeck.kube.dra_health import CLAIM_STATUS, POD_STATUS
-from devicedeck.kube.dra_health_report import SOURCE as STREAM_SOURCE
 from devicedeck.main import create_app
 
 from .conftest import Api

@@ -8,10 +8,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from devicedeck.clock import utcnow
-from devicedeck.inventory.freshness import Freshness
 from devicedeck.inventory.models import Device
-from devicedeck.inventory.queries import get_device
-from devicedeck.web.sessions import read_session
+from devicedeck.inventory.read.freshness import Freshness
+from devicedeck.inventory.read.queries import get_device
+from devicedeck.web.db_sessions import read_session
 from devicedeck.web.state import service_state
 
 from .conftest import Api, dev, listandwatch

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devicedeck.inventory.unchanged import _ADVANCE_UNCHANGED_ROWS_SQL
+from devicedeck.inventory.write.unchanged import _ADVANCE_UNCHANGED_ROWS_SQL
 
 from .conftest import (
     GPU,

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.db import write_session
 from devicedeck.inventory.errors import StaleSnapshot
-from devicedeck.inventory.ingest import IngestResult, SnapshotIngest
 from devicedeck.inventory.models import IngestReceipt, Node
 from devicedeck.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from devicedeck.inventory.write.ingest import IngestResult, SnapshotIngest
 
 from .conftest import GPU, Api, StatementCounter, dev, held, listandwatch, pod, podresources
 

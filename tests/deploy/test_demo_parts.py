@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from devicedeck.auth import authenticate, list_tokens
 from devicedeck.clock import utcnow
+from devicedeck.credentials.tokens import authenticate, list_tokens
 from devicedeck.demo.environment import (
     STALE_AFTER_SECONDS,
     base_env,

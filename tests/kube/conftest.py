@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode, KubeMode, Settings
 from devicedeck.db import write_session
-from devicedeck.inventory.ingest import apply_snapshot
 from devicedeck.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from devicedeck.inventory.write.ingest import apply_snapshot
 from devicedeck.main import create_app
 
 from .fake_apiserver import FakeApiServer

@@ -3,7 +3,7 @@ which went, and which the Node's counts cannot tell."""
 
 from __future__ import annotations
 
-from devicedeck.inventory.derived_health import (
+from devicedeck.inventory.write.derived_health import (
     GONE,
     UNCERTAIN,
     UNHEALTHY_PRESENT,

@@ -14,9 +14,9 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.db import write_session
-from devicedeck.inventory.ingest import apply_snapshot
 from devicedeck.inventory.models import Node
 from devicedeck.inventory.schemas import ListAndWatchSnapshot, PodResourcesSnapshot
+from devicedeck.inventory.write.ingest import apply_snapshot
 
 GPU = "nvidia.com/gpu"
 QAT = "qat.intel.com/generic"

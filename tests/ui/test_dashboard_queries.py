@@ -7,10 +7,11 @@ from datetime import timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.clock import utcnow
-from devicedeck.inventory.attention import needs_attention
-from devicedeck.inventory.charts import resource_history
-from devicedeck.inventory.freshness import Freshness
-from devicedeck.inventory.overview import group_devices_by_resource_and_numa, natural_key
+from devicedeck.inventory.read.attention import needs_attention
+from devicedeck.inventory.read.charts import resource_history
+from devicedeck.inventory.read.freshness import Freshness
+from devicedeck.inventory.read.overview import group_devices_by_resource_and_numa, natural_key
+from devicedeck.ui.templating import numa_label
 
 from .seed import Cluster, device, pod
 
@@ -96,13 +97,21 @@ def test_tiles_group_by_numa_in_natural_order() -> None:
         summary("gpu-9", [0]),
     ]
     [resource] = group_devices_by_resource_and_numa(devices)
-    assert [(g["label"], [d["device_id"] for d in g["devices"]]) for g in resource["groups"]] == [
-        ("NUMA 0", ["gpu-9"]),
-        ("NUMA 0 + 1", ["gpu-0"]),
-        ("NUMA 1", ["gpu-2", "gpu-10"]),
-        ("No NUMA affinity", ["gpu-1"]),
+    groups = resource["groups"]
+    assert [(g["numa_nodes"], [d["device_id"] for d in g["devices"]]) for g in groups] == [
+        ([0], ["gpu-9"]),
+        ([0, 1], ["gpu-0"]),
+        ([1], ["gpu-2", "gpu-10"]),
+        ([], ["gpu-1"]),
     ]
     # Removed devices are kept apart (the page collapses them behind their count).
     assert [d["device_id"] for d in resource["removed"]] == ["gpu-3"]
     assert resource["counts"]["devices"] == 5 and resource["counts"]["removed"] == 1
     assert sorted(["a10", "a9", "a10b", "b"], key=natural_key) == ["a9", "a10", "a10b", "b"]
+    # The page words each group; the query gives only its NUMA nodes.
+    assert [numa_label(g["numa_nodes"]) for g in groups] == [
+        "NUMA 0",
+        "NUMA 0 + 1",
+        "NUMA 1",
+        "No NUMA affinity",
+    ]

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from devicedeck.clock import utcnow
 from devicedeck.db import write_session
 from devicedeck.inventory.models import Allocation, Device, Node
-from devicedeck.inventory.overview import NODE_REMOVED_TILE_LIMIT, NODE_TILE_LIMIT
+from devicedeck.inventory.read.overview import NODE_REMOVED_TILE_LIMIT, NODE_TILE_LIMIT
 
 from .conftest import GPU, NIC, Ingest, Pages, dev, held, typical_cluster
 from .dom import Element, parse

@@ -18,10 +18,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from devicedeck.auth import authenticate, create_token, revoke_token
 from devicedeck.clock import utcnow
 from devicedeck.config import Settings
-from devicedeck.dashboard_sessions import (
+from devicedeck.credentials.dashboard_sessions import (
     SessionLimits,
     authenticate_session,
     end_session,
@@ -29,6 +28,7 @@ from devicedeck.dashboard_sessions import (
     record_session_use,
     start_session,
 )
+from devicedeck.credentials.tokens import authenticate, create_token, revoke_token
 from devicedeck.db import write_session
 from devicedeck.inventory.models import DashboardSession
 from devicedeck.main import create_app

@@ -12,9 +12,9 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from devicedeck.auth import revoke_token
 from devicedeck.clock import utcnow
 from devicedeck.config import Settings
+from devicedeck.credentials.tokens import revoke_token
 from devicedeck.db import write_session
 from devicedeck.inventory.models import ApiToken
 

@@ -9,16 +9,16 @@ from fastapi.responses import HTMLResponse, Response
 
 from devicedeck.inventory.errors import NotFound
 from devicedeck.inventory.fields import HEALTH_VALUES, NAMESPACE_MAX, RESOURCE_MAX
-from devicedeck.inventory.history import EventFilters, list_events
-from devicedeck.inventory.overview import node_names, resource_names
-from devicedeck.inventory.queries import DeviceFilters, get_device, list_devices
+from devicedeck.inventory.read.history import EventFilters, list_events
+from devicedeck.inventory.read.overview import node_names, resource_names
+from devicedeck.inventory.read.queries import DeviceFilters, get_device, list_devices
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.actions import device_commands, device_link
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import export_url, list_page
 from devicedeck.ui.render import View, render_error, respond
 from devicedeck.ui.svg import timeline
-from devicedeck.web.sessions import QueryClock, ReadSession
+from devicedeck.web.db_sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 

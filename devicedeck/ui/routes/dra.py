@@ -5,14 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from devicedeck.inventory.dra_devices import DraFilters, list_dra_devices
-from devicedeck.inventory.dra_history import dra_device_details
+from devicedeck.inventory.dra.devices import DraFilters, list_dra_devices
+from devicedeck.inventory.dra.history import dra_device_details
 from devicedeck.inventory.fields import NAME_MAX
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import list_page
 from devicedeck.ui.render import View, render_error, respond
-from devicedeck.web.sessions import ReadSession
+from devicedeck.web.db_sessions import ReadSession
 
 router = APIRouter(include_in_schema=False)
 

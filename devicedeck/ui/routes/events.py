@@ -7,12 +7,12 @@ from fastapi.responses import HTMLResponse, Response
 
 from devicedeck.inventory.events import EVENT_KINDS
 from devicedeck.inventory.fields import NAMESPACE_MAX, RESOURCE_MAX
-from devicedeck.inventory.history import EventFilters, list_events
+from devicedeck.inventory.read.history import EventFilters, list_events
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import export_url, list_page
 from devicedeck.ui.render import respond
-from devicedeck.web.sessions import QueryClock, ReadSession
+from devicedeck.web.db_sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from devicedeck.auth import Principal, authenticate
 from devicedeck.clock import utcnow
 from devicedeck.config import AuthMode
-from devicedeck.dashboard_sessions import end_session, start_session
+from devicedeck.credentials.dashboard_sessions import end_session, start_session
+from devicedeck.credentials.tokens import Principal, authenticate
 from devicedeck.db import write_session
 from devicedeck.ui.access import safe_next
 from devicedeck.ui.render import base_context, environment, full_page, render_error

@@ -7,24 +7,24 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from devicedeck.inventory.dra_devices import dra_devices_of_node
-from devicedeck.inventory.dra_overview import group_by_pool
+from devicedeck.inventory.dra.devices import dra_devices_of_node
+from devicedeck.inventory.dra.overview import group_by_pool
 from devicedeck.inventory.errors import NotFound
 from devicedeck.inventory.fields import RESOURCE_MAX
-from devicedeck.inventory.history import EventFilters, list_events
-from devicedeck.inventory.node_status import DEVICE_PLUGIN
-from devicedeck.inventory.overview import (
+from devicedeck.inventory.read.history import EventFilters, list_events
+from devicedeck.inventory.read.node_status import DEVICE_PLUGIN
+from devicedeck.inventory.read.overview import (
     node_device_groups,
     pods_holding_devices_of,
     resource_names,
 )
-from devicedeck.inventory.queries import NodeFilters, get_node, list_nodes
+from devicedeck.inventory.read.queries import NodeFilters, get_node, list_nodes
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.actions import node_commands
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import list_page
 from devicedeck.ui.render import View, render_error, respond
-from devicedeck.web.sessions import QueryClock, ReadSession
+from devicedeck.web.db_sessions import QueryClock, ReadSession
 from devicedeck.web.state import service_state
 
 router = APIRouter(include_in_schema=False)

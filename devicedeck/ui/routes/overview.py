@@ -8,16 +8,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
-from devicedeck.inventory.charts import DEFAULT_WINDOW, WINDOWS, ending_at, resource_history
-from devicedeck.inventory.freshness import Freshness
-from devicedeck.inventory.history import EventFilters, latest_event_id, list_events
-from devicedeck.inventory.overview import oldest_device_time, overview_picture
+from devicedeck.inventory.read.charts import DEFAULT_WINDOW, WINDOWS, ending_at, resource_history
+from devicedeck.inventory.read.freshness import Freshness
+from devicedeck.inventory.read.history import EventFilters, latest_event_id, list_events
+from devicedeck.inventory.read.overview import oldest_device_time, overview_picture
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.cache import PageCache
 from devicedeck.ui.forms import Form
 from devicedeck.ui.render import View, region_requested, respond
 from devicedeck.ui.svg import resource_chart
-from devicedeck.web.sessions import QueryClock, ReadSession
+from devicedeck.web.db_sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 

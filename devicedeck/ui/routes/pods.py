@@ -9,18 +9,18 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from devicedeck.inventory.dra_pods import claims_only_pod, pod_dra_by_name
+from devicedeck.inventory.dra.pods import claims_only_pod, pod_dra_by_name
 from devicedeck.inventory.errors import NotFound
 from devicedeck.inventory.fields import NAMESPACE_MAX
-from devicedeck.inventory.history import EventFilters, list_events
-from devicedeck.inventory.pod_history import get_pod_history
-from devicedeck.inventory.pods import PodFilters, list_pods
+from devicedeck.inventory.read.history import EventFilters, list_events
+from devicedeck.inventory.read.pod_history import get_pod_history
+from devicedeck.inventory.read.pods import PodFilters, list_pods
 from devicedeck.ui.access import Viewer
 from devicedeck.ui.forms import Form
 from devicedeck.ui.lists import list_view, run_list_query
 from devicedeck.ui.render import View, render_error, respond
 from devicedeck.ui.svg import pod_timeline
-from devicedeck.web.sessions import QueryClock, ReadSession
+from devicedeck.web.db_sessions import QueryClock, ReadSession
 
 router = APIRouter(include_in_schema=False)
 POD_EVENTS = 50
