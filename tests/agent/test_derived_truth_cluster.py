@@ -109,7 +109,7 @@ def test_devices_that_only_flap_are_never_removed(
     node_name: str,
 ) -> None:
     # The demo's story on a quick workload: pods hold dongles and healthy dongles flap every
-    # few steps, while #4 fails and later #5 is unplugged (the workload leaves those two be).
+    # few seconds, while #4 fails and later #5 is unplugged (the workload leaves those two be).
     node = sim_node(
         [f"{DONGLE}:6:dongle"],
         None,
@@ -120,7 +120,7 @@ def test_devices_that_only_flap_are_never_removed(
         "--workload",
         "5",
         "--workload-interval",
-        "0.5",
+        "1",
         "--health-event",
         f"{DONGLE} {FAIL_AT_SECONDS} #4 Unhealthy",
         "--health-event",
@@ -147,13 +147,16 @@ def test_devices_that_only_flap_are_never_removed(
         time.sleep(0.5)
     assert flapped, "the workload flapped no dongle while watched"
     assert wrongly_removed == set()
+    # Flaps that overlap the unplug leave it undecided until they end; with flaps every few
+    # seconds that may take a while, so the deadline is generous.
     wait_until(
         lambda: (
             (d := _dongles(api, node_name)[failed])["presence"] == "present"
             and d["health"] == "Unhealthy"
             and _dongles(api, node_name)[unplugged]["state"] == "removed"
         ),
-        message=f"{failed} Unhealthy and {unplugged} removed once the flaps settle",
+        timeout=180,
+        message=f"{failed} Unhealthy and {unplugged} removed once the flaps allow",
     )
     removals = {e["device_id"] for e in api.events(node_name) if e["kind"] == "device_removed"}
     assert removals == {unplugged}
