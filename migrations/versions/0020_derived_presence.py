@@ -1,7 +1,7 @@
 """devices.presence_uncertain and nodes.derived_basis: derived health that says what it cannot tell
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-12-05 07:30:00
 
 A device of an untapped resource that the kubelet does not offer may be unhealthy or removed;
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0017"
-down_revision: str | None = "0016"
+revision: str = "0020"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
