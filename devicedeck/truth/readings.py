@@ -100,7 +100,9 @@ def read_api(base_url: str) -> ApiView:
         for d in pages(base_url, "/api/v1/devices", {"state": "any"})
     }
     holders: dict[DeviceKey, set[str]] = {}
-    for pod in pages(base_url, "/api/v1/pods", {}):
+    # Running pods only: the list's default takes in finished pods too, with the holds they
+    # ended, and a hold that ended is no holder.
+    for pod in pages(base_url, "/api/v1/pods", {"state": "running"}):
         name = f"{pod['namespace']}/{pod['name']}"
         for container in pod["containers"]:
             for device in container["devices"]:
