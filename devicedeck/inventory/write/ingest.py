@@ -63,6 +63,7 @@ from devicedeck.inventory.write.allocations_postgresql import (
 )
 from devicedeck.inventory.write.bulk import Write, together
 from devicedeck.inventory.write.claims import replace_claim_allocations
+from devicedeck.inventory.write.decision import Plan, plan_snapshot
 from devicedeck.inventory.write.derived_health import DERIVED
 from devicedeck.inventory.write.device_lists import (
     NEW_LISTED_DEVICES,
@@ -92,10 +93,8 @@ from devicedeck.inventory.write.node_lock import LockedNode, lock_node_seen
 from devicedeck.inventory.write.podresources_driver import apply_pod_resources
 from devicedeck.inventory.write.receipts import (
     PODRESOURCES_STREAM,
-    Order,
     ReceiptRecord,
     StreamReceipt,
-    check_order,
     find_receipt,
     listandwatch_stream,
     receipt_write,
@@ -235,16 +234,16 @@ def apply_snapshot(
         receipt, listed = read_stream(session, node_id, snapshot)
     else:
         receipt = find_receipt(session, node_id, stream)
-    order = check_order(receipt, snapshot.source, content_hash, stream)
-    if order is Order.REPEAT:
+    plan = plan_snapshot(receipt, snapshot, stream=stream, content_hash=content_hash)
+    if plan is Plan.ANSWER_REPEAT:
         log.write(session)
         return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
-    if order is Order.LATE:
+    if plan is Plan.ANSWER_LATE:
         log.write(session)  # the node's own events: it was seen
         return IngestResult(late=True, changed=bool(log.rows), events=len(log.rows))
     device_changes: DeviceChanges = []
     allocation_writes: list[Write] = []
-    if receipt is None or receipt.content_hash != content_hash:
+    if plan is Plan.APPLY_CHANGES:
         if isinstance(snapshot, ListAndWatchSnapshot):
             device_changes = _replace_device_list(
                 session,
@@ -368,11 +367,12 @@ def _listed_devices_close(
     now = log.at
     stream = listandwatch_stream(snapshot.resource)
     receipt, listed = stream_of_rows(rows)
-    if check_order(receipt, snapshot.source, content_hash, stream) is not Order.APPLY:
-        raise FullPathNeeded  # answered as a repeat or late there, with the node's events
+    plan = plan_snapshot(receipt, snapshot, stream=stream, content_hash=content_hash)
+    if plan in (Plan.ANSWER_REPEAT, Plan.ANSWER_LATE):
+        raise FullPathNeeded  # answered there, with the node's events
     device_changes: DeviceChanges = []
     inserted: list[Write] = []
-    if receipt is None or receipt.content_hash != content_hash:
+    if plan is Plan.APPLY_CHANGES:
         device_changes, new_devices = listed_device_changes(
             node.id, snapshot, now, log, listed, gone=set()
         )

@@ -31,6 +31,7 @@ from devicedeck.inventory.write.allocations_postgresql import (
     writes_replacing_holdings,
 )
 from devicedeck.inventory.write.bulk import Write, together
+from devicedeck.inventory.write.decision import Plan, plan_snapshot
 from devicedeck.inventory.write.driver_sql import DriverStatement
 from devicedeck.inventory.write.driver_transaction import (
     DriverCall,
@@ -41,9 +42,7 @@ from devicedeck.inventory.write.driver_transaction import (
 from devicedeck.inventory.write.node_lock import LockedNode
 from devicedeck.inventory.write.receipts import (
     PODRESOURCES_STREAM,
-    Order,
     ReceiptRecord,
-    check_order,
     receipt_write,
 )
 
@@ -100,12 +99,13 @@ def _pod_resources_close(
     transaction."""
     now = log.at
     receipt, holdings = receipt_and_holdings_of(read, listed.resources)
-    if check_order(receipt, snapshot.source, content_hash, PODRESOURCES_STREAM) is not Order.APPLY:
-        raise FullPathNeeded  # answered as a repeat or late there, with the node's events
+    plan = plan_snapshot(receipt, snapshot, stream=PODRESOURCES_STREAM, content_hash=content_hash)
+    if plan in (Plan.ANSWER_REPEAT, Plan.ANSWER_LATE):
+        raise FullPathNeeded  # answered there, with the node's events
     writes: list[Write] = []
-    # No holdings: the receipt's content is this one, and nothing is replaced.
-    if holdings is not None:
-        if holdings.claims_open or _lists_claims(snapshot):
+    if plan is Plan.APPLY_CHANGES:
+        # The read brings the holdings whenever the receipt's content is not this one.
+        if holdings is None or holdings.claims_open or _lists_claims(snapshot):
             raise FullPathNeeded  # the claims are read and written statement by statement
         writes = writes_replacing_holdings(
             node.id, snapshot.node, listed, holdings, now, log, max_node_devices=max_node_devices
