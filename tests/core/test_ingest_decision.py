@@ -10,6 +10,7 @@ import pytest
 from devicedeck.inventory.errors import ConflictingRepeat, StaleSnapshot
 from devicedeck.inventory.schemas import SnapshotPlace
 from devicedeck.inventory.write.decision import Plan, plan_snapshot
+from devicedeck.inventory.write.device_lists import _STREAM_OF_NODE, StreamRow
 from devicedeck.inventory.write.receipts import StreamReceipt
 
 STREAM = "listandwatch/example.com/gpu"
@@ -71,3 +72,13 @@ def test_an_older_seq_and_a_reused_seq_are_refused() -> None:
         plan(receipt(), place(4), "h1")
     with pytest.raises(ConflictingRepeat):
         plan(receipt(), place(5), "h2")
+
+
+def test_a_stream_row_names_each_column_of_the_streams_read() -> None:
+    # The receipt's columns, then a device's, then the count read by the node's name.
+    columns = list(_STREAM_OF_NODE.selected_columns.keys())
+    renamed = {"receipt_id": "id", "device_row_id": "id_1"}
+    assert [renamed.get(field, field) for field in StreamRow._fields] == [
+        *columns,
+        "present_elsewhere",
+    ]
