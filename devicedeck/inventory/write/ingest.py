@@ -465,6 +465,12 @@ class SnapshotIngest:
             else UnchangedSnapshots(event_loop_database.statements)
         )
 
+    def may_know_repeat(self, node: object, stream: str | None) -> bool:
+        """Whether a body naming `node` and `stream` may be a repeat `record_repeat` knows.
+        Only a stream this process stored has one: for any other (a new node's) the body's
+        place and its caller are not worth checking."""
+        return isinstance(node, str) and stream is not None and self.recent.has_stored(node, stream)
+
     async def record_repeat(self, place: SnapshotPlace, body_digest: bytes) -> bool:
         """A snapshot whose body, but for its place, is the one this process last stored for
         the stream: recorded unchanged by the one statement with the content hash remembered
