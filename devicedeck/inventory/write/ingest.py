@@ -1,5 +1,5 @@
-"""Applying snapshots from node agents: the one place that decides between the unchanged
-shortcut and the full apply.
+"""Applying snapshots from node agents: which route a snapshot takes, each carrying out the
+plan its stream's receipt gives it (`plan_snapshot`, devicedeck/inventory/write/decision.py).
 
 Each snapshot replaces what its stream owns, in one transaction, with its events: a
 ListAndWatch snapshot the device list of one (node, resource)
