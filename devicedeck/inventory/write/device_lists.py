@@ -29,6 +29,7 @@ from devicedeck.inventory.write.receipts import (
     RECEIPT_COLUMNS,
     StreamReceipt,
     listandwatch_stream,
+    receipt_of_row,
 )
 
 
@@ -143,17 +144,7 @@ class StreamRow(NamedTuple):
     present_elsewhere: int | None = None
 
     def receipt(self) -> StreamReceipt | None:
-        if self.receipt_id is None:
-            return None
-        # Times in UTC whatever read them (`DriverStatement` on PostgreSQL).
-        return StreamReceipt(
-            self.receipt_id,
-            self.boot_id,
-            self.seq,
-            self.payload_hash,
-            self.content_hash,
-            in_utc(self.boot_started_at),
-        )
+        return receipt_of_row(self)
 
     def device(self) -> ListedDevice | None:
         if self.device_row_id is None:
