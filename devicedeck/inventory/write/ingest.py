@@ -85,7 +85,6 @@ from devicedeck.inventory.write.device_lists import (
 from devicedeck.inventory.write.driver_sql import DriverStatement
 from devicedeck.inventory.write.driver_transaction import (
     DriverCall,
-    FullPathNeeded,
     ReadRows,
     apply_on_locked_node,
 )
@@ -330,10 +329,11 @@ async def apply_listed_devices(
     log = EventLog(at=now, actor=actor)
     read = (STREAM_OF_NAMED_NODE.sql, STREAM_OF_NAMED_NODE.values(parameters))
 
-    def close(node: LockedNode, rows: ReadRows) -> DriverCall:
-        statement, values = _listed_devices_close(
-            snapshot, node, rows, content_hash, log, max_node_devices
-        )
+    def close(node: LockedNode, rows: ReadRows) -> DriverCall | None:
+        closing = _listed_devices_close(snapshot, node, rows, content_hash, log, max_node_devices)
+        if closing is None:
+            return None
+        statement, values = closing
         return statement.sql, statement.values(values)
 
     # A stream this process has not stored (a new node's, most often) has its reads planned
@@ -360,7 +360,7 @@ def _listed_devices_close(
     content_hash: str,
     log: EventLog,
     max_node_devices: int | None,
-) -> tuple[DriverStatement, dict[str, Any]]:
+) -> tuple[DriverStatement, dict[str, Any]] | None:
     """`apply_listed_devices`' decisions, as `apply_snapshot` takes them, from the node's
     locked (or inserted) row and the stream's rows: the statement that closes the
     transaction."""
@@ -369,7 +369,7 @@ def _listed_devices_close(
     receipt, listed = stream_of_rows(rows)
     plan = plan_snapshot(receipt, snapshot, stream=stream, content_hash=content_hash)
     if plan in (Plan.ANSWER_REPEAT, Plan.ANSWER_LATE):
-        raise FullPathNeeded  # answered there, with the node's events
+        return None  # answered there, with the node's events
     device_changes: DeviceChanges = []
     inserted: list[Write] = []
     if plan is Plan.APPLY_CHANGES:

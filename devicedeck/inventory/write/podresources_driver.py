@@ -35,7 +35,6 @@ from devicedeck.inventory.write.decision import Plan, plan_snapshot
 from devicedeck.inventory.write.driver_sql import DriverStatement
 from devicedeck.inventory.write.driver_transaction import (
     DriverCall,
-    FullPathNeeded,
     ReadRows,
     apply_on_locked_node,
 )
@@ -72,10 +71,13 @@ async def apply_pod_resources(
     log = EventLog(at=now, actor=actor)
     read = (READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE, parameters)
 
-    def close(node: LockedNode, rows: ReadRows) -> DriverCall:
-        statement, values = _pod_resources_close(
+    def close(node: LockedNode, rows: ReadRows) -> DriverCall | None:
+        closing = _pod_resources_close(
             snapshot, listed, node, rows[0], content_hash, log, max_node_devices
         )
+        if closing is None:
+            return None
+        statement, values = closing
         return statement.sql, statement.values(values)
 
     if not await apply_on_locked_node(
@@ -93,7 +95,7 @@ def _pod_resources_close(
     content_hash: str,
     log: EventLog,
     max_node_devices: int | None,
-) -> tuple[DriverStatement, dict[str, Any]]:
+) -> tuple[DriverStatement, dict[str, Any]] | None:
     """`apply_pod_resources`' decisions, as `apply_snapshot` takes them, from the node's row
     (locked, or inserted) and the receipt-and-holdings read: the statement that closes the
     transaction."""
@@ -101,12 +103,12 @@ def _pod_resources_close(
     receipt, holdings = receipt_and_holdings_of(read, listed.resources)
     plan = plan_snapshot(receipt, snapshot, stream=PODRESOURCES_STREAM, content_hash=content_hash)
     if plan in (Plan.ANSWER_REPEAT, Plan.ANSWER_LATE):
-        raise FullPathNeeded  # answered there, with the node's events
+        return None  # answered there, with the node's events
     writes: list[Write] = []
     if plan is Plan.APPLY_CHANGES:
         # The read brings the holdings whenever the receipt's content is not this one.
         if holdings is None or holdings.claims_open or _lists_claims(snapshot):
-            raise FullPathNeeded  # the claims are read and written statement by statement
+            return None  # the claims are read and written statement by statement
         writes = writes_replacing_holdings(
             node.id, snapshot.node, listed, holdings, now, log, max_node_devices=max_node_devices
         )
