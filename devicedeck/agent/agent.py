@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from devicedeck.agent.client import IngestClient
-from devicedeck.agent.derived import DerivedHealth
+from devicedeck.agent.derived import KUBELET_RESTART_HOLD_SECONDS, DerivedHealth
 from devicedeck.agent.dra_health import DraHealthWatch
 from devicedeck.agent.identity import SourceIdentity, read_kernel_boot_id
 from devicedeck.agent.kubelet_reader import KubeletReader, KubeletView
@@ -220,8 +220,14 @@ class Agent:
         # Device lists go first: the service then knows a device's health before a pod
         # holding it arrives, instead of creating it as Unknown.
         if healthy is not None and not view.allocatable_pending:
+            restarted = view.kubelet_restarted_at
             derived = self._derived.devices(
-                healthy=healthy, allocated=allocated, registered=registered, numa=numa
+                healthy=healthy,
+                allocated=allocated,
+                registered=registered,
+                numa=numa,
+                holding=restarted is not None
+                and self.reader.since(restarted) < KUBELET_RESTART_HOLD_SECONDS,
             )
             for resource, devices in derived.items():
                 if resource not in self._taps_live:

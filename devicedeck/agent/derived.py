@@ -6,6 +6,11 @@ any form: allocatable, allocated to a pod, registered in the checkpoint, and eve
 seen before. Each is Healthy when allocatable, Unhealthy otherwise. Remembering devices
 seen before matters: a failed device simply vanishes from allocatable, and without memory
 the service would record it as removed instead of unhealthy.
+
+A kubelet that restarts offers nothing until each plugin has registered again, which would
+read as every device failing at once. For a bounded time after a restart
+(KUBELET_RESTART_HOLD_SECONDS), a resource whose offer shrank keeps the last offer seen before
+it: a device that really failed then shows late, not a false failure of every device.
 """
 
 from __future__ import annotations
@@ -15,11 +20,17 @@ from typing import Any
 
 from devicedeck.agent.snapshots import HEALTHY, UNHEALTHY, NumaMap, device_json
 
+# Long enough for a restarted kubelet's plugins to register again and its devices to be
+# offered; short enough that a device failing meanwhile is not hidden for long.
+KUBELET_RESTART_HOLD_SECONDS = 60.0
+
 
 class DerivedHealth:
     def __init__(self) -> None:
         # resource -> device ID -> last known NUMA nodes
         self._seen: dict[str, dict[str, tuple[int, ...]]] = {}
+        # resource -> the devices last offered, outside a hold after a kubelet restart
+        self._offered: dict[str, set[str]] = {}
 
     def remember(self, resource: str, device_id: str, numa: Iterable[int] = ()) -> None:
         devices = self._seen.setdefault(resource, {})
@@ -40,8 +51,11 @@ class DerivedHealth:
         allocated: Mapping[str, set[str]],
         registered: Mapping[str, Iterable[str]],
         numa: NumaMap,
+        holding: bool = False,
     ) -> dict[str, list[dict[str, Any]]]:
-        """Each resource's devices with derived health; updates the memory of seen devices."""
+        """Each resource's devices with derived health; updates the memory of seen devices.
+        `holding`: the kubelet restarted lately, so an offer that shrank is not believed
+        yet."""
         for source in (healthy, allocated, registered):
             for resource, ids in source.items():
                 for device_id in ids:
@@ -49,6 +63,11 @@ class DerivedHealth:
         result: dict[str, list[dict[str, Any]]] = {}
         for resource, devices in sorted(self._seen.items()):
             offered = healthy.get(resource, set())
+            last = self._offered.get(resource, set())
+            if holding and not last <= offered:
+                offered = last
+            else:
+                self._offered[resource] = set(offered)
             result[resource] = [
                 device_json(device_id, HEALTHY if device_id in offered else UNHEALTHY, nodes)
                 for device_id, nodes in sorted(devices.items())

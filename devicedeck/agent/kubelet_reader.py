@@ -65,6 +65,9 @@ class KubeletView:
     allocatable_pending: bool = True
     checkpoint: Checkpoint | None = None
     observed_at: datetime | None = None
+    # When (the reader's monotonic clock) the kubelet last restarted, as its sockets being
+    # re-created tell; None if not since the agent started.
+    kubelet_restarted_at: float | None = None
 
 
 def _entry_keys(checkpoint: Checkpoint | None) -> set[tuple[str, str, str, frozenset[str]]]:
@@ -151,6 +154,10 @@ class KubeletReader:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def since(self, moment: float) -> float:
+        """Seconds from `moment` (of this reader's clock) to now."""
+        return self._clock() - moment
 
     def fresh(self, within: float) -> bool:
         """Whether a PodResources call succeeded in the last `within` seconds."""
@@ -254,6 +261,7 @@ class KubeletReader:
             # A new kubelet owes nothing to the old one's failures: ask it right away.
             self._backoff.reset()
             self._spacer.forgive()
+            self._view = replace(self._view, kubelet_restarted_at=self._clock())
         if plugins_changed:
             self._need.add(ALLOCATABLE)
         if checkpoint_dirty:

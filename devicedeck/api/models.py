@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from devicedeck.api.examples import AT, EARLIER, example, example_of
 from devicedeck.api.kube_models import DraDeviceOut, ExtendedResourceOut, OwnerOut, PodDraDeviceOut
 from devicedeck.api.node_kube_models import NodeKubeStateOut
-from devicedeck.api.vocabulary import DeviceState, Health
+from devicedeck.api.vocabulary import DevicePresence, DeviceState, Health
 from devicedeck.inventory.events import EventKind
 
 
@@ -56,6 +56,7 @@ class DeviceOut(BaseModel):
             "health_source": "plugin",
             "health_detail": None,
             "state": "present",
+            "presence": "present",
             "numa_nodes": [0],
             "first_seen": EARLIER,
             "last_seen": AT,
@@ -79,6 +80,11 @@ class DeviceOut(BaseModel):
         "or removed), or was removed by the Node's capacity; null otherwise"
     )
     state: DeviceState
+    presence: DevicePresence = Field(
+        description="present, removed, or unhealthy_or_removed: a device whose health is "
+        "derived, not offered by the kubelet, when the Node's counts cannot say whether it is "
+        "the unhealthy one or one that went (its row stays present)"
+    )
     numa_nodes: list[int]
     first_seen: str | None
     last_seen: str | None
@@ -175,6 +181,22 @@ class PluginOut(BaseModel):
     last_seen: str | None
 
 
+class UndecidedDevicesOut(BaseModel):
+    model_config = example(
+        {
+            "resource": "example.com/dongle",
+            "unhealthy": 1,
+            "removed": 1,
+            "among": ["dongle-4", "dongle-5"],
+        }
+    )
+
+    resource: str
+    unhealthy: int
+    removed: int
+    among: list[str]
+
+
 class NodeDetailOut(NodeOut):
     model_config = example(
         {
@@ -199,6 +221,11 @@ class NodeDetailOut(NodeOut):
     labels: dict[str, Any]
     conditions: list[Any]
     kube_synced_at: str | None
+    undecided_devices: list[UndecidedDevicesOut] = Field(
+        default=[],
+        description="per resource whose health is derived: devices the kubelet does not offer "
+        "that the Node's counts cannot tell unhealthy from removed, with how many are which",
+    )
     extended_resources: list[ExtendedResourceOut] = []
     manual_extended_resources: list[ExtendedResourceOut] = []
     dra_devices: list[DraDeviceOut] = []

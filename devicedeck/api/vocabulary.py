@@ -25,6 +25,7 @@ Health = Literal["Healthy", "Unhealthy", "Unknown"]
 # A DRA device's reported health: Unknown only when a driver's health stream says so.
 ReportedHealth = Literal["Healthy", "Unhealthy", "Unknown"]
 DeviceState = Literal["present", "removed"]
+DevicePresence = Literal["present", "removed", "unhealthy_or_removed"]
 Scope = Literal["read", "ingest", "admin"]
 KubeModeName = Literal["off", "incluster", "kubeconfig"]
 ExtendedSource = Literal["device_plugin", "manual"]

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from devicedeck.demo.environment import PREFIX, ignored_settings, user_settings
 from devicedeck.demo.layout import advertise_command, cli_name, is_loopback
-from devicedeck.demo.topology import DEMO_FAULT_SECONDS, TOPOLOGY
+from devicedeck.demo.topology import DEMO_FAULT_SECONDS, DEMO_UNPLUG_SECONDS, TOPOLOGY
 from devicedeck.sim.apiserver.server import url_host
 
 if TYPE_CHECKING:
@@ -30,13 +30,14 @@ def banner(demo: Demo) -> list[str]:
             f"  node {node.name:<9} {plugins}   (kubelet root {layout.kubelet_root(node)})"
         )
         for plugin in node.plugins:
-            faults = [f"{d} fails" for d in plugin.made_unhealthy]
-            faults += [f"{d} is unplugged" for d in plugin.unplugged]
+            faults = [f"after {DEMO_FAULT_SECONDS:g} s {d} fails" for d in plugin.made_unhealthy]
+            faults += [
+                f"after {DEMO_UNPLUG_SECONDS:g} s {d} is unplugged" for d in plugin.unplugged
+            ]
             if faults:
                 lines.append(
-                    f"    {plugin.resource} health is derived from the kubelet: after "
-                    f"{DEMO_FAULT_SECONDS:g} s {' and '.join(faults)}; the Node's status "
-                    "tells which is which"
+                    f"    {plugin.resource} health is derived from the kubelet: "
+                    f"{', '.join(faults)}; the Node's status tells which is which"
                 )
     if layout.kubelet_dir.parent != layout.data_dir:
         lines.append(

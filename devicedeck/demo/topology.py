@@ -38,6 +38,10 @@ COMPOSE_FLAP_INTERVAL_SECONDS = 45.0
 # When the demo's scripted device faults happen, after a node starts: late enough for the
 # agent to have seen the devices, soon enough to watch it happen.
 DEMO_FAULT_SECONDS = 30.0
+# When the demo unplugs a device, after a node starts: a clear interval after the fault, so
+# the Node's status has counted the failed device before capacity falls. Failing and
+# unplugging at the same moment would leave the counts unable to say which went.
+DEMO_UNPLUG_SECONDS = DEMO_FAULT_SECONDS + 20.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ TOPOLOGY: tuple[NodeSpec, ...] = (
     NodeSpec(
         "dongle-b",
         # Untapped, so health is derived: one dongle fails (the Node's capacity still counts
-        # it) and one is pulled out (capacity falls), and the service tells them apart.
+        # it) and later one is pulled out (capacity falls), and the service tells them apart.
         (
             PluginSpec(
                 "dongle",
@@ -115,7 +119,7 @@ TOPOLOGY: tuple[NodeSpec, ...] = (
                 "dongle",
                 events=(
                     f"{DEMO_FAULT_SECONDS:g} dongle-4 Unhealthy",
-                    f"{DEMO_FAULT_SECONDS:g} dongle-5 unplug",
+                    f"{DEMO_UNPLUG_SECONDS:g} dongle-5 unplug",
                 ),
             ),
         ),

@@ -64,6 +64,7 @@ EventKind = Literal[
     "plugin_registered",
     "plugin_changed",
     "admin_action",
+    "devices_counted",
 ]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 

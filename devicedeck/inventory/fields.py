@@ -16,6 +16,10 @@ HEALTH_VALUES = (HEALTHY, UNHEALTHY, UNKNOWN)
 # A device row is never deleted: it is present, or removed (and may reappear).
 PRESENT = "present"
 REMOVED = "removed"
+# A present row whose device may be removed: its health is derived, the kubelet does not offer
+# it, and the Node's counts cannot say whether it is unhealthy or gone. A filter value and
+# what the API's `presence` reads; stored as a present row with `presence_uncertain`.
+UNHEALTHY_OR_REMOVED = "unhealthy_or_removed"
 
 # Lengths of names as Kubernetes limits them (and the columns hold them).
 NAME_MAX = 253  # a node, pod or container name, a device ID: DNS-1123 subdomain length

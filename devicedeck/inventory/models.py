@@ -111,6 +111,9 @@ class Node(Base):
     unschedulable: Mapped[bool | None]
     taints: Mapped[list[Any] | None]
     kube_synced_at: Mapped[datetime | None]
+    # Per derived resource, the last observation the derived-health rule judged
+    # (devicedeck/inventory/write/derived_health.py, `Basis`).
+    derived_basis: Mapped[dict[str, Any] | None]
 
 
 class PluginRegistration(Base):
@@ -199,6 +202,9 @@ class Device(Base):
     # Removed although its derived stream still lists it: the Node's status counts fewer
     # devices than the kubelet's lists show (devicedeck/inventory/write/derived_health.py).
     removed_by_capacity: Mapped[bool] = mapped_column(server_default=false())
+    # Present as far as anyone can tell, but maybe removed: the kubelet does not offer it and
+    # the Node's counts cannot say whether it is the unhealthy one or one that went.
+    presence_uncertain: Mapped[bool] = mapped_column(server_default=false())
     health_changed_at: Mapped[datetime | None]
     # Current allocations of this device; kept by triggers on allocations (migration 0005).
     held: Mapped[int] = mapped_column(Integer, server_default="0")

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from devicedeck.inventory.fields import UNHEALTHY, UNHEALTHY_OR_REMOVED
 from devicedeck.inventory.write.derived_health import NOT_OFFERED_NO_STATUS
 from devicedeck.resources import resource_dir
 
@@ -43,6 +44,7 @@ EVENT_LABELS = {
     "plugin_registered": "Plugin registered",
     "plugin_changed": "Plugin changed",
     "admin_action": "Admin action",
+    "devices_counted": "Devices counted",
 }
 # How an event kind reads at a glance: good news, bad news, or neither.
 EVENT_TONES = {
@@ -98,8 +100,10 @@ def health_icon(health: Any) -> str:
 
 def health_label(device: Any) -> str:
     """The word a device's health badge shows: a derived Unhealthy that the Node's status
-    cannot confirm is not called plainly Unhealthy."""
+    cannot confirm, or cannot tell from a device that went, is not called plainly Unhealthy."""
     if device.get("health_detail") == NOT_OFFERED_NO_STATUS:
+        return UNSURE_LABEL
+    if device.get("presence") == UNHEALTHY_OR_REMOVED and device.get("health") == UNHEALTHY:
         return UNSURE_LABEL
     return str(device.get("health"))
 

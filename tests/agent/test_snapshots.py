@@ -126,6 +126,7 @@ def derive(
     allocatable: list[pr.ContainerDevices],
     allocated: list[pr.ContainerDevices] = (),  # type: ignore[assignment]
     registered: dict[str, list[str]] | None = None,
+    holding: bool = False,
 ) -> dict[str, tuple[str, list[int]]]:
     numa: NumaMap = defaultdict(set)
     result = health.devices(
@@ -133,6 +134,7 @@ def derive(
         allocated=devices_by_resource(allocated, numa),
         registered=registered or {},
         numa=numa,
+        holding=holding,
     )
     return {
         d["ID"]: (d["health"], [n["ID"] for n in d.get("topology", {}).get("nodes", [])])
@@ -164,3 +166,17 @@ def test_derived_health_follows_the_kubelets_allocatable_set() -> None:
     }
     # A device coming back is healthy again, its NUMA node remembered.
     assert derive(health, [entry("g2")])["g2"] == ("Healthy", [1])
+
+
+def test_after_a_kubelet_restart_a_shrunken_offer_is_held_not_reported() -> None:
+    health = DerivedHealth()
+    three = [entry("g0"), entry("g1"), entry("g2")]
+    assert {d: h for d, (h, _) in derive(health, three).items()} == dict.fromkeys(
+        ("g0", "g1", "g2"), "Healthy"
+    )
+    # The restarted kubelet offers nothing until its plugins register again: held.
+    held = derive(health, [], holding=True)
+    assert {d: h for d, (h, _) in held.items()} == dict.fromkeys(("g0", "g1", "g2"), "Healthy")
+    # Back in full: nothing held any more; a real failure after the hold shows.
+    assert derive(health, three, holding=True)["g1"][0] == "Healthy"
+    assert derive(health, [entry("g0"), entry("g2")])["g1"][0] == "Unhealthy"

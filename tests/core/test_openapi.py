@@ -20,7 +20,7 @@ from devicedeck.credentials.tokens import SCOPES, authenticate
 from devicedeck.db import write_session
 from devicedeck.inventory.dra.health_reports import SOURCE as STREAM_SOURCE
 from devicedeck.inventory.events import EVENT_KINDS
-from devicedeck.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED
+from devicedeck.inventory.fields import HEALTH_VALUES, PRESENT, REMOVED, UNHEALTHY_OR_REMOVED
 from devicedeck.inventory.read.node_status import DEVICE_PLUGIN, MANUAL
 from devicedeck.kube.dra_health import CLAIM_STATUS, POD_STATUS
 from devicedeck.main import create_app
@@ -154,6 +154,7 @@ def test_the_vocabularies_are_the_domains_own() -> None:
     assert get_args(vocabulary.Health) == HEALTH_VALUES
     assert get_args(vocabulary.ReportedHealth) == HEALTH_VALUES
     assert get_args(vocabulary.DeviceState) == (PRESENT, REMOVED)
+    assert get_args(vocabulary.DevicePresence) == (PRESENT, REMOVED, UNHEALTHY_OR_REMOVED)
     assert get_args(vocabulary.Scope) == SCOPES
     assert get_args(vocabulary.KubeModeName) == tuple(KubeMode)
     assert get_args(vocabulary.ExtendedSource) == (DEVICE_PLUGIN, MANUAL)
@@ -180,7 +181,7 @@ def test_closed_vocabularies_are_enums(client: TestClient) -> None:
     health = list(HEALTH_VALUES)
     assert parameter("listDevices", "health") == health
     assert parameter("listDraDevices", "health") == health
-    assert parameter("listDevices", "state") == [PRESENT, REMOVED, "any"]
+    assert parameter("listDevices", "state") == [PRESENT, REMOVED, UNHEALTHY_OR_REMOVED, "any"]
     assert parameter("listEvents", "kind") == list(EVENT_KINDS)
     assert parameter("listNodes", "sort") == ["name", "-name", "last_seen", "-last_seen"]
     device_sorts = parameter("listDevices", "sort")

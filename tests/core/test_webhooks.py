@@ -124,6 +124,29 @@ def test_a_device_turning_unhealthy_then_healthy_fires_then_resolves(
     assert "namespace" not in removed["labels"], "no pod held gpu-1"
 
 
+def test_an_unhealthy_device_removed_ends_its_unhealthy_alert(
+    make_api: MakeApi, receiver: WebhookReceiver
+) -> None:
+    api = make_api(webhook_url=receiver.url)
+    api.ingest_listandwatch(gpus(1, "Unhealthy"))
+    wait_for(receiver, 1, "the firing message")
+    api.ingest_listandwatch(listandwatch("node-1", [dev("gpu-1")], 2))
+    wait_for(receiver, 3, "the removal's messages")
+    assert receiver.alerts() == [
+        ("DevicedeckDeviceUnhealthy", "gpu-0", "firing"),
+        ("DevicedeckDeviceRemoved", "gpu-0", "firing"),
+        ("DevicedeckDeviceUnhealthy", "gpu-0", "resolved"),
+    ]
+    firing, _, resolved = receiver.accepted()
+    assert resolved.alert["fingerprint"] == firing.alert["fingerprint"]
+    assert resolved.alert["startsAt"] == firing.alert["startsAt"]
+    # /metrics agrees: no unhealthy device on the node any more.
+    metrics = api.client.get("/metrics").text
+    assert f'devicedeck_node_devices{{node="node-1",resource="{GPU}",health="Unhealthy"}} 0' in (
+        metrics
+    )
+
+
 def test_a_failing_receiver_gets_the_message_when_it_recovers(
     make_api: MakeApi, session_factory: sessionmaker[Session]
 ) -> None:

@@ -227,7 +227,7 @@ def scripted_faults(port: int) -> dict[str, dict[str, Any]]:
             for device in get(port, f"/api/v1/devices?{query}")["results"]:
                 if device["device_id"] in plugin.unplugged + plugin.made_unhealthy:
                     found[device["device_id"]] = device
-        states = {d: (found[d]["state"], found[d]["health"]) for d in found}
+        states = {d: (found[d]["presence"], found[d]["health"]) for d in found}
         return all(
             states.get(d, ("",))[0] == "removed" for p in wanted.values() for d in p.unplugged
         ) and all(
@@ -236,6 +236,6 @@ def scripted_faults(port: int) -> dict[str, dict[str, Any]]:
             for d in p.made_unhealthy
         )
 
-    # The faults come DEMO_FAULT_SECONDS after the nodes start.
+    # The faults come DEMO_FAULT_SECONDS and DEMO_UNPLUG_SECONDS after the nodes start.
     wait_until(told_apart, DATA_TIMEOUT + 60, f"the demo's device faults told apart: {found}")
     return found

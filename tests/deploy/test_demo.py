@@ -400,7 +400,7 @@ def test_the_demo_tells_an_unplugged_device_from_an_unhealthy_one(first_run: Run
         assert "Node's capacity" in faults[device_id]["health_detail"]
     for device_id in plugin.made_unhealthy:
         device = faults[device_id]
-        assert (device["state"], device["health"], device["health_source"]) == (
+        assert (device["presence"], device["health"], device["health_source"]) == (
             "present",
             "Unhealthy",
             "derived",

@@ -93,7 +93,7 @@ class Cluster:
         found = self.devices()[device_id]
         return found["state"], found["health"]
 
-    def events(self, kind: str, device_id: str) -> list[dict[str, Any]]:
+    def events(self, kind: str, device_id: str | None) -> list[dict[str, Any]]:
         response = self.client.get(
             "/api/v1/events",
             params={"node": NODE, "kind": kind, "limit": 100},
@@ -202,7 +202,7 @@ def test_an_unhealthy_device_stays_present_and_unhealthy(
     assert cluster.events("device_removed", "gpu-2") == []
 
 
-def test_the_latest_departure_goes_when_capacity_falls_and_returns_when_it_rises(
+def test_one_of_two_unhealthy_unplugged_is_not_guessed_and_neither_is_removed(
     fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
 ) -> None:
     cluster = _cluster(start_app, fake_api, make_token)
@@ -211,19 +211,109 @@ def test_the_latest_departure_goes_when_capacity_falls_and_returns_when_it_rises
     cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
     cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-2": "Unhealthy"})
     assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
-    assert cluster.state_of("gpu-2") == ("present", "Unhealthy")
+    assert cluster.devices()["gpu-2"]["presence"] == "present"
 
-    # One of the two is gone; the counts cannot say which, so the later departure goes.
+    # One of the two is gone; the counts cannot say which, and the service says so.
+    cluster.status(3, 2)
+    wait_for(
+        lambda: cluster.devices()["gpu-2"]["presence"] == "unhealthy_or_removed",
+        what="gpu-2 unhealthy or removed",
+    )
+    for device_id in ("gpu-1", "gpu-2"):
+        device = cluster.device(device_id)
+        assert (device["state"], device["presence"]) == ("present", "unhealthy_or_removed")
+        assert device["health_detail"].startswith("Unhealthy or removed")
+        assert cluster.events("device_removed", device_id) == []
+    counted = cluster.events("devices_counted", None)
+    assert [e["after"] for e in counted] == [
+        {"unhealthy": 1, "removed": 1, "among": ["gpu-1", "gpu-2"]}
+    ]
+    listed = cluster.client.get(
+        "/api/v1/devices",
+        params={"node": NODE, "state": "unhealthy_or_removed"},
+        headers=cluster.reader,
+    ).json()["results"]
+    assert sorted(d["device_id"] for d in listed) == ["gpu-1", "gpu-2"]
+    detail = cluster.client.get(f"/api/v1/nodes/{NODE}", headers=cluster.reader).json()
+    assert detail["undecided_devices"] == [
+        {"resource": GPU, "unhealthy": 1, "removed": 1, "among": ["gpu-1", "gpu-2"]}
+    ]
+    sign_in(cluster.client, cluster.reader["Authorization"][7:])
+    pk = cluster.devices()["gpu-2"]["id"]
+    for page in (
+        f"/devices/{pk}",
+        f"/nodes/{NODE}",
+        f"/devices?node={NODE}&state=unhealthy_or_removed",
+    ):
+        response = cluster.client.get(page)
+        assert response.status_code == 200
+        assert "Unhealthy or removed" in response.text, page
+    node_page = cluster.client.get(f"/nodes/{NODE}").text
+    assert "1 unhealthy, 1 removed among gpu-1, gpu-2" in node_page
+
+    # Capacity rises again while neither is offered: both are counted unhealthy.
+    cluster.status(4, 2)
+    wait_for(
+        lambda: cluster.devices()["gpu-2"]["presence"] == "present", what="gpu-2 told unhealthy"
+    )
+    assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
+    assert cluster.events("device_removed", "gpu-2") == []
+    assert cluster.events("device_reappeared", "gpu-2") == []
+
+
+def test_a_flap_while_another_is_unplugged_never_removes_the_flapping_device(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
+    cluster.status(4, 3)
+    cluster.synced(4, 3)
+
+    # gpu-2 is pulled out while gpu-3 flaps: the status lags, then counts one gone.
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-2": "Unhealthy", "gpu-3": "Unhealthy"})
+    cluster.status(3, 1)
+    cluster.synced(3, 1)
+    assert cluster.state_of("gpu-3")[0] == "present"
+    assert cluster.devices()["gpu-3"]["presence"] == "unhealthy_or_removed"
+    assert cluster.devices()["gpu-2"]["presence"] == "unhealthy_or_removed"
+    assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
+    assert cluster.devices()["gpu-1"]["presence"] == "present"
+
+    # gpu-3 is offered again: it was the flapping one, so gpu-2 is the one that went.
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-2": "Unhealthy"})
+    assert cluster.state_of("gpu-3") == ("present", "Healthy")
     cluster.status(3, 2)
     wait_for(lambda: cluster.state_of("gpu-2")[0] == "removed", what="gpu-2 removed")
     assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
+    for device_id in ("gpu-0", "gpu-1", "gpu-3"):
+        assert cluster.events("device_removed", device_id) == []
+    assert len(cluster.events("device_removed", "gpu-2")) == 1
 
-    # Capacity rises again while neither is offered: it is counted, so it is back.
-    cluster.status(4, 2)
-    wait_for(lambda: cluster.state_of("gpu-2")[0] == "present", what="gpu-2 back")
-    returned = cluster.events("device_reappeared", "gpu-2")
-    assert [e["actor"] for e in returned] == ["kube-watcher"]
-    assert cluster.state_of("gpu-2") == ("present", "Unhealthy")
+
+def test_an_agent_that_forgot_its_devices_changes_nothing(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
+    cluster.status(4, 3)
+    cluster.synced(4, 3)
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-3": "Unhealthy"})
+    cluster.status(3, 2)
+    wait_for(lambda: cluster.state_of("gpu-3")[0] == "removed", what="gpu-3 removed")
+
+    def states() -> dict[str, tuple[str, str, str]]:
+        return {d: (s["state"], s["presence"], s["health"]) for d, s in cluster.devices().items()}
+
+    before = states()
+    assert before["gpu-1"] == ("present", "present", "Unhealthy")
+
+    # Restarted, the agent lists only what the kubelet shows now: the offered GPUs.
+    offered = {d: "Healthy" for d in ("gpu-0", "gpu-2")}
+    result = cluster.derived(offered)
+    assert result["removed"] == 0 and result["health_changes"] == 0
+    assert states() == before
+    assert cluster.events("device_removed", "gpu-1") == []
+    assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
 
 
 def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(
@@ -260,7 +350,20 @@ def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(
     wait_for(lambda: cluster.state_of("gpu-3")[0] == "removed", what="gpu-3 removed")
     events_page = cluster.client.get(f"/events?node={NODE}")
     assert "not counted in the Node&#39;s capacity" in events_page.text
-    # ... and when the Node leaves the cluster, the evidence goes with it.
+    # ... and when the Node leaves the cluster, what its status told stands: no new
+    # evidence says otherwise.
     fake_api.delete("nodes", NODE)
-    wait_for(lambda: cluster.state_of("gpu-3")[0] == "present", what="gpu-3 back")
-    assert cluster.device("gpu-3")["health_detail"].startswith(NO_STATUS_WORDS)
+    wait_for(
+        lambda: (
+            GPU
+            not in (
+                cluster.client.get(f"/api/v1/nodes/{NODE}", headers=cluster.reader).json()[
+                    "capacity"
+                ]
+                or {}
+            )
+        ),
+        what="the Node forgotten",
+    )
+    assert cluster.state_of("gpu-3")[0] == "removed"
+    assert cluster.events("device_reappeared", "gpu-3") == []

@@ -74,6 +74,9 @@ class Transition:
     # When the alert began, if the event says so (a node's outage); else the outbox's firing row
     # or the event's own time.
     started: datetime | None = None
+    # A resolution sent only when the alert is firing: a device removed ends its Unhealthy
+    # alert, if it had one.
+    only_if_firing: bool = False
 
     def identity(self) -> dict[str, str]:
         labels = {"alertname": self.alertname, "node": self.node}
@@ -102,6 +105,24 @@ def transitions_of(rows: list[dict[str, Any]]) -> list[Transition]:
         transition = _transition(kind, row)
         if transition is not None:
             found.append(transition)
+        if kind == "device_removed":
+            # A removed device is no longer an unhealthy one on its node: /metrics stops
+            # counting it, and so does its Unhealthy alert.
+            found.append(
+                Transition(
+                    DEVICE_UNHEALTHY,
+                    RESOLVED,
+                    row["at"],
+                    row["node"],
+                    row["resource"],
+                    row["device_id"],
+                    row["device_pk"],
+                    summary=f"Device {row['device_id']} ({row['resource']}) on node "
+                    f"{row['node']} is unhealthy",
+                    description="The device was removed.",
+                    only_if_firing=True,
+                )
+            )
     return found
 
 
@@ -213,6 +234,8 @@ def write_outbox(session: Session, rows: list[dict[str, Any]]) -> None:
             opened = fired.pop(fingerprint, None) or _open_alert(session, fingerprint)
             if opened is not None:
                 labels, starts_at = dict(opened[0]), opened[1]
+            elif transition.only_if_firing:
+                continue
         else:
             if transition.device_pk in holders:
                 namespace, pod = holders[transition.device_pk]

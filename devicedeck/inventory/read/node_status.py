@@ -143,5 +143,18 @@ def node_details(session: Session, node: Node) -> dict[str, Any]:
         "labels": node.labels or {},
         "conditions": node.conditions or [],
         "kube_synced_at": iso(node.kube_synced_at),
+        "undecided_devices": undecided_devices(node.derived_basis),
         **kube_node_details(session, node),
     }
+
+
+def undecided_devices(derived_basis: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per derived resource whose Node counts cannot name the devices that went: how many of
+    the devices `among` are unhealthy and how many removed
+    (devicedeck/inventory/write/derived_health.py)."""
+    found = []
+    for resource, entry in sorted((derived_basis or {}).items()):
+        summary = (entry or {}).get("summary")
+        if summary:
+            found.append({"resource": resource, **summary})
+    return found

@@ -34,6 +34,7 @@ from devicedeck.inventory.fields import (
     PRESENT,
     REMOVED,
     UNHEALTHY,
+    UNHEALTHY_OR_REMOVED,
     UNKNOWN,
     numa_nodes_of,
 )
@@ -59,7 +60,12 @@ from devicedeck.inventory.read.pagination import (
 )
 from devicedeck.inventory.write.derived_health import REMOVED_BY_CAPACITY_DETAIL, health_detail
 
-STATE_VALUES = (PRESENT, REMOVED, "any")
+STATE_VALUES = (PRESENT, REMOVED, UNHEALTHY_OR_REMOVED, "any")
+
+
+def presence_of(state: str, uncertain: bool) -> str:
+    """What the API says of a device's presence: present, removed, or unhealthy_or_removed."""
+    return UNHEALTHY_OR_REMOVED if state == PRESENT and uncertain else state
 
 
 def effective_health(clock: Freshness) -> ColumnElement[str]:
@@ -122,7 +128,9 @@ def _device_conditions(filters: DeviceFilters, clock: Freshness) -> list[ColumnE
     if filters.state not in STATE_VALUES:
         raise _invalid("state", "enum", f"must be one of {', '.join(STATE_VALUES)}")
     conditions: list[ColumnElement[bool]] = []
-    if filters.state != "any":
+    if filters.state == UNHEALTHY_OR_REMOVED:
+        conditions += [Device.state == PRESENT, Device.presence_uncertain.is_(True)]
+    elif filters.state != "any":
         conditions.append(Device.state == filters.state)
     if filters.node is not None:
         conditions.append(Device.node_name == filters.node)
@@ -336,6 +344,7 @@ SUMMARY_COLUMNS = (
     Device.removed_at,
     Device.removed_by_capacity,
     Device.health_changed_at,
+    Device.presence_uncertain,
     Node.name,
     Node.last_seen,
     Node.capacity,
@@ -363,6 +372,7 @@ def device_summary(
         removed_at,
         removed_by_capacity,
         health_changed_at,
+        presence_uncertain,
         node,
         node_last_seen,
         node_capacity,
@@ -373,7 +383,14 @@ def device_summary(
     if state != PRESENT:
         detail = REMOVED_BY_CAPACITY_DETAIL if removed_by_capacity else None
     elif not stale:
-        detail = health_detail(health_source, health, node_capacity, node_allocatable, resource)
+        detail = health_detail(
+            health_source,
+            health,
+            node_capacity,
+            node_allocatable,
+            resource,
+            uncertain=presence_uncertain,
+        )
     return {
         "id": pk,
         "node": node,
@@ -384,6 +401,7 @@ def device_summary(
         "health_source": "stale" if stale else health_source,
         "health_detail": detail,
         "state": state,
+        "presence": presence_of(state, presence_uncertain),
         "numa_nodes": list(numa_nodes_of(numa_nodes)),
         "first_seen": iso(first_seen),
         "last_seen": iso(node_last_seen if state == PRESENT else last_seen),

@@ -1,43 +1,54 @@
-"""Derived health weighed against the Node's status: unhealthy, or removed.
+"""Derived health weighed against the Node's status: which devices are unhealthy, which went,
+and which cannot be told.
 
 A resource whose plugin stream is not tapped gets its device list from the node agent with
-health derived from the kubelet: a device the kubelet offers (allocatable) is Healthy, any
-other it knows of is Unhealthy. The kubelet's lists hold healthy devices only, so on the node a
-failed device and an unplugged one look the same. The Node's status tells them apart by count:
-capacity counts healthy + unhealthy devices, allocatable the healthy ones, so capacity -
-allocatable devices are unhealthy, and the other devices not offered are gone.
+health derived from the kubelet: a device the kubelet offers (allocatable) is Healthy. The
+kubelet's lists hold healthy devices only, so on the node a failed device and an unplugged
+one look the same: both are simply not offered. The Node's status counts them: capacity -
+allocatable devices are unhealthy, and the rest of the devices not offered are gone. The
+counts say how many, never which.
 
-The rule, for one node and resource:
+The rule (`judge`), for one node and resource, at each observation (a derived snapshot or a
+Node status, whichever changed, with the other as last stored):
 
-- Evidence is the Node's status only when it describes the same moment as the device list:
-  its allocatable must equal the number of devices the list offers. The kubelet updates its
-  lists at once and the Node's status some seconds later; in between nothing is judged.
-- With evidence, when more devices are not offered than capacity - allocatable, the excess is
-  removed, choosing the most recent departures from allocatable first (the device that left
-  when capacity fell is the one unplugged); ties go by device ID, last first. The others stay
-  present and Unhealthy. When capacity rises, or a removed device is offered again, it comes
-  back.
-- Without evidence (no Node status, cluster access off, the resource not in it, or the counts
-  not agreeing) a device not offered stays present and Unhealthy, and says why it may not be
-  (`health_detail`).
+- The Node's status is evidence only when it describes the same moment as the device list:
+  its allocatable equals the number of devices offered. The kubelet updates its lists at once
+  and the Node's status some seconds later; in between nothing is concluded, and a device that
+  stopped being offered meanwhile reads "unhealthy or removed".
+- A judged observation is compared with the last judged one (the `Basis`). When the change
+  in capacity is explained by the devices whose offer changed, the others are taken as they
+  were: one device stopping being offered while capacity stays is unhealthy; one stopping
+  while capacity falls by one is removed; several stopping while capacity falls by fewer
+  cannot be told apart, and each is uncertain. When the devices that changed do not explain
+  the change (capacity fell more), the devices not offered before may have gone too, and are
+  uncertain unless the counts settle them.
+- Then the counts settle what they can: when the devices known unhealthy already make up
+  capacity - allocatable, every uncertain device is removed; when the uncertain devices are
+  all the unhealthy ones left, they are unhealthy. Devices told unhealthy beyond what the
+  counts allow are dropped to uncertain first. A removed device comes back only when offered.
 
-The counts cannot say which device went: an unhealthy device unplugged while a newer one is
-unhealthy marks the newer one removed. The rule is applied by a derived snapshot's full path
-and by the cluster watcher when a Node's status changes (inventory/write/other_writers.py), from
-the same inputs, so either order gives the same rows.
+A device offered is present and Healthy, whatever was concluded of it before: a device that
+only flapped is never removed. A device the agent no longer lists (it restarted and forgot
+the devices it saw) counts as not offered, not as gone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from devicedeck.inventory.cluster.extended_resources import quantity
 from devicedeck.inventory.fields import HEALTHY
 
 DERIVED = "derived"
+
+# What the rule concludes of a device the kubelet does not offer.
+UNHEALTHY_PRESENT = "unhealthy"
+GONE = "removed"
+UNCERTAIN = "uncertain"
+PRESENCES = (UNHEALTHY_PRESENT, GONE, UNCERTAIN)
+
 # What `health_detail` says of a derived Unhealthy device.
 NOT_OFFERED_NO_STATUS = (
     "Not offered by the kubelet: may be unhealthy or removed (no Node status to tell them apart)"
@@ -45,6 +56,10 @@ NOT_OFFERED_NO_STATUS = (
 NOT_OFFERED_COUNTED = (
     "Not offered by the kubelet; the Node's status counts {unhealthy} of its {capacity} "
     "devices unhealthy"
+)
+NOT_OFFERED_UNCERTAIN = (
+    "Unhealthy or removed: not offered by the kubelet, and the Node's status ({unhealthy} "
+    "unhealthy of {capacity}) does not say which of the devices not offered went"
 )
 REMOVED_BY_CAPACITY_DETAIL = (
     "Removed: not offered by the kubelet, and no longer counted in the Node's capacity"
@@ -76,21 +91,152 @@ def status_counts(
 
 
 @dataclass(frozen=True)
-class NotOffered:
-    device_id: str
-    # When it left allocatable: its health's last change to Unhealthy.
-    departed: datetime
+class Basis:
+    """The last judged observation of a resource: the Node's capacity then, the devices
+    offered, and what was concluded of each known device not offered."""
+
+    capacity: int
+    offered: frozenset[str]
+    presence: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "capacity": self.capacity,
+            "offered": sorted(self.offered),
+            "presence": dict(sorted(self.presence.items())),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Basis | None:
+        if not data:
+            return None
+        return cls(
+            int(data["capacity"]), frozenset(data["offered"]), dict(data.get("presence") or {})
+        )
 
 
-def withheld(
-    counts: StatusCounts | None, offered: int, not_offered: Iterable[NotOffered]
-) -> set[str]:
-    """The device IDs among `not_offered` that the Node's status counts as gone."""
-    if counts is None or counts.allocatable != offered:
-        return set()
-    candidates = sorted(not_offered, key=lambda d: (d.departed, d.device_id), reverse=True)
-    excess = len(candidates) - counts.unhealthy
-    return {d.device_id for d in candidates[:excess]} if excess > 0 else set()
+@dataclass(frozen=True)
+class Judgement:
+    # Each known device not offered: UNHEALTHY_PRESENT, GONE or UNCERTAIN.
+    presence: dict[str, str]
+    # What the next observation is compared with: the new one when this one was judged.
+    basis: Basis | None
+    # The counts when they were evidence.
+    counts: StatusCounts | None
+
+    def uncertain(self) -> list[str]:
+        return sorted(d for d, p in self.presence.items() if p == UNCERTAIN)
+
+    def summary(self) -> dict[str, Any] | None:
+        """What the counts say of the uncertain devices, for the node's event and page; None
+        when every device not offered is told."""
+        among = self.uncertain()
+        if not among or self.counts is None:
+            return None
+        told_unhealthy = sum(1 for p in self.presence.values() if p == UNHEALTHY_PRESENT)
+        unhealthy = max(min(self.counts.unhealthy - told_unhealthy, len(among)), 0)
+        return {"unhealthy": unhealthy, "removed": len(among) - unhealthy, "among": among}
+
+
+def judge(
+    basis: Basis | None,
+    known: Collection[str],
+    offered: Collection[str],
+    counts: StatusCounts | None,
+    removed: Collection[str] = (),
+) -> Judgement:
+    """What the observation (the devices `known`, those of them `offered`, the Node's
+    `counts`) says of each device not offered, after the last judged one (`basis`).
+    `removed`: the known devices removed now; one comes back only when it is offered."""
+    offered_set = set(offered)
+    removed_set = set(removed) - offered_set
+    not_offered = sorted(set(known) - offered_set)
+
+    def prior(device_id: str) -> str | None:
+        if device_id in removed_set:
+            return GONE
+        if basis is None:
+            return None
+        if device_id in basis.offered:
+            return _OFFERED
+        return basis.presence.get(device_id)
+
+    if counts is None or counts.allocatable != len(offered_set):
+        # No evidence now: what was concluded stands for the devices not offered then; any
+        # other device not offered may be either.
+        kept = {d: p if (p := prior(d)) in PRESENCES else UNCERTAIN for d in not_offered}
+        return Judgement(kept, basis, None)
+    if basis is None:
+        presence = {d: GONE if d in removed_set else UNCERTAIN for d in not_offered}
+    else:
+        presence = _compared(basis, not_offered, offered_set, counts, prior)
+    _settle(presence, counts)
+    return Judgement(presence, Basis(counts.capacity, frozenset(offered_set), presence), counts)
+
+
+_OFFERED = "offered"
+
+
+def _compared(
+    basis: Basis,
+    not_offered: list[str],
+    offered: set[str],
+    counts: StatusCounts,
+    prior: Callable[[str], str | None],
+) -> dict[str, str]:
+    left = [d for d in not_offered if prior(d) in (_OFFERED, None)]
+    stayed = {d: p for d in not_offered if (p := prior(d)) in PRESENCES}
+    joined = [prior(d) for d in offered if prior(d) != _OFFERED]
+    # What the devices offered again add to capacity: a removed one +1, an unhealthy one 0,
+    # an uncertain or new one either.
+    certain_returns = joined.count(GONE)
+    maybe_returns = sum(1 for p in joined if p in (UNCERTAIN, None))
+    change = counts.capacity - basis.capacity
+    presence = dict(stayed)
+    if certain_returns - len(left) <= change <= certain_returns + maybe_returns:
+        # Explained by the devices that changed: how many of those that left went.
+        fewest = max(0, certain_returns - change)
+        most = min(len(left), certain_returns + maybe_returns - change)
+        for d in left:
+            if most == 0:
+                presence[d] = UNHEALTHY_PRESENT
+            elif fewest == len(left):
+                presence[d] = GONE
+            else:
+                presence[d] = UNCERTAIN
+    elif change < certain_returns - len(left):
+        # More went than left the offer: all that left, and some not offered before.
+        for d in left:
+            presence[d] = GONE
+        for d, p in stayed.items():
+            if p == UNHEALTHY_PRESENT:
+                presence[d] = UNCERTAIN
+    else:
+        # More came than the offer shows: devices unhealthy from the start, unknown here.
+        for d in left:
+            presence[d] = UNHEALTHY_PRESENT
+    return presence
+
+
+def _settle(presence: dict[str, str], counts: StatusCounts) -> None:
+    """Let the counts decide what they can, after dropping what they contradict. A removed
+    device stays removed: more unhealthy devices than the others explain are ones unknown
+    here (unhealthy since before the agent saw them), and it comes back only when offered."""
+    unhealthy = counts.unhealthy
+
+    def having(value: str) -> list[str]:
+        return [d for d, p in presence.items() if p == value]
+
+    if len(having(UNHEALTHY_PRESENT)) > unhealthy:
+        presence.update(dict.fromkeys(having(UNHEALTHY_PRESENT), UNCERTAIN))
+    uncertain = having(UNCERTAIN)
+    if not uncertain:
+        return
+    left_unhealthy = unhealthy - len(having(UNHEALTHY_PRESENT))
+    if left_unhealthy <= 0:
+        presence.update(dict.fromkeys(uncertain, GONE))
+    elif left_unhealthy >= len(uncertain):
+        presence.update(dict.fromkeys(uncertain, UNHEALTHY_PRESENT))
 
 
 def health_detail(
@@ -99,6 +245,8 @@ def health_detail(
     capacity: Mapping[str, Any] | None,
     allocatable: Mapping[str, Any] | None,
     resource: str,
+    *,
+    uncertain: bool = False,
 ) -> str | None:
     """Why a derived device reads Unhealthy, for the API and the dashboard; None otherwise."""
     if health_source != DERIVED or reported_health == HEALTHY:
@@ -106,4 +254,10 @@ def health_detail(
     counts = status_counts(capacity, allocatable, resource)
     if counts is None:
         return NOT_OFFERED_NO_STATUS
-    return NOT_OFFERED_COUNTED.format(unhealthy=counts.unhealthy, capacity=counts.capacity)
+    words = NOT_OFFERED_UNCERTAIN if uncertain else NOT_OFFERED_COUNTED
+    return words.format(unhealthy=counts.unhealthy, capacity=counts.capacity)
+
+
+def offered_of(devices: Iterable[tuple[str, str]]) -> set[str]:
+    """The devices offered among (device ID, health) pairs."""
+    return {d for d, health in devices if health == HEALTHY}

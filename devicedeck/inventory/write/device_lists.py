@@ -3,14 +3,17 @@
 A snapshot replaces the whole list, as the kubelet does with each ListAndWatch message: devices
 missing from it become removed, and come back if they reappear. A derived list (no tap) is
 also weighed against the Node's status (devicedeck/inventory/write/derived_health.py): a device
-it still lists may be removed because capacity no longer counts it. The stream also owns the
-plugin's registration. Other writers change these rows only through
-devicedeck/inventory/write/other_writers.py, which keeps the stream's receipt consistent.
+it does not offer is unhealthy, removed, or one of those without telling which
+(`presence_uncertain`), and a device the agent no longer lists counts as not offered, since an
+agent that restarts forgets the devices it saw. The stream also owns the plugin's registration.
+Other writers change these rows only through devicedeck/inventory/write/other_writers.py, which
+keeps the stream's receipt consistent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -20,9 +23,10 @@ from sqlalchemy.orm import Session
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.fields import HEALTHY, PRESENT, REMOVED, UNHEALTHY, numa_nodes_of
 from devicedeck.inventory.models import Device, IngestReceipt, Node, PluginRegistration, table_of
-from devicedeck.inventory.schemas import ListAndWatchSnapshot
+from devicedeck.inventory.schemas import ListAndWatchSnapshot, PluginDevice
 from devicedeck.inventory.write.bulk import BulkInsertReturning, BulkUpdate, Write
-from devicedeck.inventory.write.derived_health import DERIVED, NotOffered, status_counts, withheld
+from devicedeck.inventory.write.derived_health import DERIVED, GONE, UNCERTAIN, status_counts
+from devicedeck.inventory.write.derived_judging import judge_stored, stored_after
 from devicedeck.inventory.write.driver_sql import DriverStatement, in_utc
 from devicedeck.inventory.write.node_limits import check_device_total
 from devicedeck.inventory.write.receipts import (
@@ -55,6 +59,7 @@ _LISTED_DEVICES = select(
     _devices.c.first_seen,
     _devices.c.health_changed_at,
     _devices.c.removed_by_capacity,
+    _devices.c.presence_uncertain,
 ).where(_devices.c.node_id == bindparam("node_id"), _devices.c.resource == bindparam("resource"))
 _listed_columns = _LISTED_DEVICES.selected_columns
 _receipts = table_of(IngestReceipt)
@@ -141,6 +146,7 @@ class StreamRow(NamedTuple):
     first_seen: datetime
     health_changed_at: datetime | None
     removed_by_capacity: bool
+    presence_uncertain: bool
     present_elsewhere: int | None = None
 
     def receipt(self) -> StreamReceipt | None:
@@ -160,6 +166,7 @@ class StreamRow(NamedTuple):
             in_utc(self.first_seen),
             in_utc(self.health_changed_at),
             self.removed_by_capacity,
+            bool(self.presence_uncertain),
         )
 
 
@@ -210,6 +217,7 @@ _UPDATE_DEVICES = BulkUpdate(
         "removed_at",
         "removed_by_capacity",
         "health_changed_at",
+        "presence_uncertain",
     ),
 )
 
@@ -227,6 +235,7 @@ class ListedDevice(NamedTuple):
     first_seen: datetime
     health_changed_at: datetime | None
     removed_by_capacity: bool
+    presence_uncertain: bool
 
 
 def replace_device_list(
@@ -250,8 +259,10 @@ def replace_device_list(
     New devices are inserted here; the changes to the stream's other rows are returned, for
     the caller to write (`write_device_changes`, or `device_changes_write` with the
     transaction's other closing writes)."""
-    gone = _withheld_by_status(session, node_id, snapshot, listed, now)
-    changes, new_devices = listed_device_changes(node_id, snapshot, now, log, listed, gone)
+    snapshot, gone, uncertain = _judged(session, node_id, snapshot, listed, log)
+    changes, new_devices = listed_device_changes(
+        node_id, snapshot, now, log, listed, gone, uncertain
+    )
     if new_devices:
         if max_node_devices is not None:
             # The snapshot replaces this resource's list; the node's other resources stay.
@@ -276,6 +287,8 @@ def replace_device_list(
                     {"id": pk, "state": REMOVED, "removed_at": now, "removed_by_capacity": True}
                 )
                 _removed_by_capacity_event(log, device_id, pk, where)
+            elif device_id in uncertain:
+                changes.append({"id": pk, "presence_uncertain": True})
     return changes
 
 
@@ -329,10 +342,12 @@ def listed_device_changes(
     log: EventLog,
     listed: dict[str, ListedDevice],
     gone: set[str],
+    uncertain: AbstractSet[str] = frozenset(),
 ) -> tuple[DeviceChanges, list[dict[str, Any]]]:
     """`replace_device_list` without a statement: the changes to the stream's rows, with their
     events, and the rows of the devices it does not list yet, to insert (their events come
-    with their ids). `gone`: the devices the Node's status counts as gone."""
+    with their ids). `gone`: the devices the Node's status counts as gone; `uncertain`: those
+    it cannot tell unhealthy from gone."""
     existing = listed
     where: dict[str, Any] = {"node": snapshot.node, "resource": snapshot.resource}
     changes: DeviceChanges = []
@@ -405,6 +420,8 @@ def listed_device_changes(
                 after={"numa_nodes": numa},
             )
             change["numa_nodes"] = numa
+        if device.presence_uncertain != (incoming.ID in uncertain):
+            change["presence_uncertain"] = incoming.ID in uncertain
         if incoming.ID in gone:
             change["removed_by_capacity"] = True
             change["last_seen"] = now
@@ -415,6 +432,9 @@ def listed_device_changes(
         if change:
             changes.append({"id": pk, **change})
     for device in existing.values():
+        if snapshot.health_source == DERIVED:
+            # Removed, and not listed (a derived snapshot lists every present device).
+            continue
         # Not listed: removed by its stream, whatever the Node's status says from now on.
         if device.state == PRESENT:
             changes.append(
@@ -424,6 +444,7 @@ def listed_device_changes(
                     "removed_at": now,
                     "last_seen": now,
                     "removed_by_capacity": False,
+                    "presence_uncertain": False,
                 }
             )
             _device_event(
@@ -435,8 +456,10 @@ def listed_device_changes(
                 before={"state": PRESENT},
                 after={"state": REMOVED},
             )
-        elif device.removed_by_capacity:
-            changes.append({"id": device.id, "removed_by_capacity": False})
+        elif device.removed_by_capacity or device.presence_uncertain:
+            changes.append(
+                {"id": device.id, "removed_by_capacity": False, "presence_uncertain": False}
+            )
     return changes, new_devices
 
 
@@ -474,36 +497,48 @@ def device_changes_write(changes: DeviceChanges) -> Write:
     return _UPDATE_DEVICES.write(changes)
 
 
-def _withheld_by_status(
+def _judged(
     session: Session,
     node_id: int,
     snapshot: ListAndWatchSnapshot,
     existing: dict[str, ListedDevice],
-    now: datetime,
-) -> set[str]:
-    """Devices of a derived snapshot that the Node's status counts as gone
-    (devicedeck/inventory/write/derived_health.py). A device's departure is when its health last
-    turned Unhealthy: now, if this snapshot turns it."""
+    log: EventLog,
+) -> tuple[ListAndWatchSnapshot, set[str], set[str]]:
+    """For a derived snapshot (devicedeck/inventory/write/derived_health.py): the snapshot with
+    every present device it leaves out listed as not offered, the devices the rule counts as
+    gone, and those it cannot tell; the node's judged observation is stored. Any other snapshot
+    is returned as it is, with nothing gone or uncertain."""
     if snapshot.health_source != DERIVED:
-        return set()
-    node = session.execute(select(Node.capacity, Node.allocatable).where(Node.id == node_id)).one()
-    counts = status_counts(node.capacity, node.allocatable, snapshot.resource)
-    if counts is None:
-        return set()
-    offered = 0
-    not_offered: list[NotOffered] = []
-    for incoming in snapshot.devices:
-        health = kubelet_health(incoming.health)
-        if health == HEALTHY:
-            offered += 1
-            continue
-        device = existing.get(incoming.ID)
-        if device is None or device.health != health:
-            departed = now
-        else:
-            departed = device.health_changed_at or device.first_seen
-        not_offered.append(NotOffered(incoming.ID, departed))
-    return withheld(counts, offered, not_offered)
+        return snapshot, set(), set()
+    node = session.execute(
+        select(Node.capacity, Node.allocatable, Node.derived_basis).where(Node.id == node_id)
+    ).one()
+    listed_ids = {incoming.ID for incoming in snapshot.devices}
+    offered = {d.ID for d in snapshot.devices if kubelet_health(d.health) == HEALTHY}
+    judgement = judge_stored(
+        node.derived_basis,
+        snapshot.resource,
+        known=listed_ids | set(existing),
+        offered=offered,
+        removed={d.device_id for d in existing.values() if d.state != PRESENT},
+        counts=status_counts(node.capacity, node.allocatable, snapshot.resource),
+    )
+    stored = stored_after(node.derived_basis, snapshot.resource, judgement, log, snapshot.node)
+    if stored is not None:
+        session.execute(update(Node).where(Node.id == node_id).values(derived_basis=stored))
+    forgotten = [
+        PluginDevice(ID=d.device_id, health=UNHEALTHY)
+        for d in existing.values()
+        if d.state == PRESENT and d.device_id not in listed_ids
+    ]
+    if forgotten:
+        snapshot = snapshot.model_copy(update={"devices": [*snapshot.devices, *forgotten]})
+    presence = judgement.presence
+    return (
+        snapshot,
+        {d for d, p in presence.items() if p == GONE},
+        {d for d, p in presence.items() if p == UNCERTAIN},
+    )
 
 
 def _removed_by_capacity_event(

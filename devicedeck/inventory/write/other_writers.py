@@ -21,7 +21,8 @@ from devicedeck.inventory.cluster.models import KubePod
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.fields import HEALTHY, PRESENT
 from devicedeck.inventory.models import Allocation, ClaimAllocation, Device, Node
-from devicedeck.inventory.write.derived_health import DERIVED, NotOffered, status_counts, withheld
+from devicedeck.inventory.write.derived_health import DERIVED, GONE, UNCERTAIN, status_counts
+from devicedeck.inventory.write.derived_judging import judge_stored, stored_after
 from devicedeck.inventory.write.device_lists import mark_removed_by_capacity
 from devicedeck.inventory.write.receipts import (
     PODRESOURCES_STREAM,
@@ -216,58 +217,41 @@ def apply_reported_health(
 
 def reconsider_derived_devices(session: Session, node: Node, now: datetime, log: EventLog) -> None:
     """Apply the Node's status, as it now is, to the node's devices whose health is derived
-    (devicedeck/inventory/write/derived_health.py): remove the ones it counts as gone, bring back
-    the ones it counts again. The inputs are the rows the last derived snapshot left, so the result
-    is what that snapshot's full path would give with this status."""
+    (devicedeck/inventory/write/derived_health.py): remove the ones it tells gone, mark the ones it
+    cannot tell. The inputs are the rows the last derived snapshot left, so the result is
+    what that snapshot's full path would give with this status. A removed device comes back
+    only when its snapshot offers it."""
     rows = session.scalars(
         select(Device)
-        .where(
-            Device.node_id == node.id,
-            Device.health_source == DERIVED,
-            or_(Device.state == PRESENT, Device.removed_by_capacity.is_(True)),
-        )
+        .where(Device.node_id == node.id, Device.health_source == DERIVED)
         .order_by(Device.resource, Device.device_id)
     )
     by_resource: dict[str, list[Device]] = {}
     for device in rows:
         by_resource.setdefault(device.resource, []).append(device)
+    stored = node.derived_basis
     for resource, devices in by_resource.items():
-        counts = status_counts(node.capacity, node.allocatable, resource)
-        offered = sum(1 for d in devices if d.health == HEALTHY)
-        gone = withheld(
-            counts,
-            offered,
-            [
-                NotOffered(d.device_id, d.health_changed_at or d.first_seen)
-                for d in devices
-                if d.health != HEALTHY
-            ],
+        judgement = judge_stored(
+            stored,
+            resource,
+            known=[d.device_id for d in devices],
+            offered=[d.device_id for d in devices if d.state == PRESENT and d.health == HEALTHY],
+            removed=[d.device_id for d in devices if d.state != PRESENT],
+            counts=status_counts(node.capacity, node.allocatable, resource),
         )
+        stored = stored_after(stored, resource, judgement, log, node.name) or stored
         where: dict[str, Any] = {"node": node.name, "resource": resource}
         changed = False
         for device in devices:
-            if device.device_id in gone and device.state == PRESENT:
+            presence = judgement.presence.get(device.device_id)
+            if presence == GONE and device.state == PRESENT:
+                device.presence_uncertain = False
                 mark_removed_by_capacity(device, now, log, **where)
                 changed = True
-            elif device.device_id not in gone and device.state != PRESENT:
-                log.add(
-                    "device_reappeared",
-                    **where,
-                    device_id=device.device_id,
-                    device_pk=device.id,
-                    before={"state": device.state},
-                    after={
-                        "state": PRESENT,
-                        "reason": RETURNED_REASON if counts is not None else NO_STATUS_REASON,
-                    },
-                )
-                device.state = PRESENT
-                device.removed_at = None
-                device.removed_by_capacity = False
+            elif device.state == PRESENT and device.presence_uncertain != (presence == UNCERTAIN):
+                device.presence_uncertain = presence == UNCERTAIN
                 changed = True
         if changed:
             forget_content_hash(session, node.id, listandwatch_stream(resource))
-
-
-RETURNED_REASON = "counted again in the Node's capacity"
-NO_STATUS_REASON = "no Node status any more to tell it removed"
+    if stored != node.derived_basis:
+        node.derived_basis = stored

@@ -33,7 +33,12 @@ SORT_KEYS = ("node", "resource", "device_id", "health", "attention", "health_sin
 SORTS = {key: key for key in SORT_KEYS} | {f"-{key}": f"-{key}" for key in SORT_KEYS}
 HEALTH_CHOICES = {"": None} | {value: value for value in HEALTH_VALUES}
 ALLOCATED_CHOICES: dict[str, bool | None] = {"": None, "yes": True, "no": False}
-STATE_CHOICES = {"": "present", "removed": "removed", "any": "any"}
+STATE_CHOICES = {
+    "": "present",
+    "removed": "removed",
+    "unhealthy_or_removed": "unhealthy_or_removed",
+    "any": "any",
+}
 FILTERS = ("node", "resource", "health", "allocated", "namespace", "pod", "q", "state")
 DEVICE_EVENTS = 30
 

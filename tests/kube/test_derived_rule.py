@@ -1,0 +1,132 @@
+"""The derived-health rule on its own: which devices not offered by the kubelet are unhealthy,
+which went, and which the Node's counts cannot tell."""
+
+from __future__ import annotations
+
+from devicedeck.inventory.write.derived_health import (
+    GONE,
+    UNCERTAIN,
+    UNHEALTHY_PRESENT,
+    Basis,
+    Judgement,
+    StatusCounts,
+    judge,
+)
+
+SIX = [f"dongle-{i}" for i in range(6)]
+
+
+def _offered_but(*missing: str) -> set[str]:
+    return set(SIX) - set(missing)
+
+
+def _all_healthy() -> Basis:
+    first = judge(None, SIX, SIX, StatusCounts(6, 6))
+    assert first.presence == {}
+    assert first.basis is not None
+    return first.basis
+
+
+def _step(basis: Basis | None, offered: set[str], capacity: int) -> Judgement:
+    return judge(basis, SIX, offered, StatusCounts(capacity, len(offered)))
+
+
+def test_one_device_leaving_while_capacity_stays_is_unhealthy() -> None:
+    judged = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    assert judged.presence == {"dongle-4": UNHEALTHY_PRESENT}
+    assert judged.summary() is None
+
+
+def test_one_device_leaving_as_capacity_falls_is_removed_and_the_unhealthy_one_stays() -> None:
+    failed = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    unplugged = _step(failed.basis, _offered_but("dongle-4", "dongle-5"), 5)
+    assert unplugged.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": GONE}
+
+
+def test_two_leaving_as_capacity_falls_by_one_cannot_be_told_apart() -> None:
+    both = _step(_all_healthy(), _offered_but("dongle-4", "dongle-5"), 5)
+    assert both.presence == {"dongle-4": UNCERTAIN, "dongle-5": UNCERTAIN}
+    assert both.summary() == {"unhealthy": 1, "removed": 1, "among": ["dongle-4", "dongle-5"]}
+
+
+def test_a_flap_during_the_unplug_is_never_taken_for_the_removal() -> None:
+    failed = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    # dongle-1 flaps while dongle-5 is pulled out: one of the two went.
+    mixed = _step(failed.basis, _offered_but("dongle-4", "dongle-5", "dongle-1"), 5)
+    assert mixed.presence == {
+        "dongle-4": UNHEALTHY_PRESENT,
+        "dongle-5": UNCERTAIN,
+        "dongle-1": UNCERTAIN,
+    }
+    # dongle-1 is offered again: it was the unhealthy one, so dongle-5 went.
+    back = _step(mixed.basis, _offered_but("dongle-4", "dongle-5"), 5)
+    assert back.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": GONE}
+
+
+def test_a_flap_after_the_unplug_leaves_the_removed_device_removed() -> None:
+    failed = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    unplugged = _step(failed.basis, _offered_but("dongle-4", "dongle-5"), 5)
+    flapped = _step(unplugged.basis, _offered_but("dongle-4", "dongle-5", "dongle-1"), 5)
+    assert flapped.presence == {
+        "dongle-4": UNHEALTHY_PRESENT,
+        "dongle-5": GONE,
+        "dongle-1": UNHEALTHY_PRESENT,
+    }
+    recovered = _step(flapped.basis, _offered_but("dongle-4", "dongle-5"), 5)
+    assert recovered.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": GONE}
+
+
+def test_while_the_status_lags_a_device_that_left_is_uncertain_and_the_rest_stand() -> None:
+    failed = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    # The kubelet's list already lacks dongle-5; the Node's status still says 6 and 5.
+    lagging = judge(failed.basis, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(6, 5))
+    assert lagging.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": UNCERTAIN}
+    assert lagging.basis == failed.basis
+
+
+def test_a_device_the_agent_forgot_is_not_offered_not_gone() -> None:
+    failed = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    unplugged = _step(failed.basis, _offered_but("dongle-4", "dongle-5"), 5)
+    # Known to the service, not listed by a restarted agent: the same observation.
+    again = judge(
+        unplugged.basis, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(5, 4), {"dongle-5"}
+    )
+    assert again.presence == unplugged.presence
+
+
+def test_an_unhealthy_device_unplugged_is_removed_when_it_is_the_only_one() -> None:
+    failed = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    pulled = _step(failed.basis, _offered_but("dongle-4"), 5)
+    assert pulled.presence == {"dongle-4": GONE}
+
+
+def test_an_unhealthy_one_unplugged_among_several_unhealthy_is_not_guessed() -> None:
+    two = _step(
+        _step(_all_healthy(), _offered_but("dongle-3"), 6).basis,
+        _offered_but("dongle-3", "dongle-4"),
+        6,
+    )
+    assert two.presence == {"dongle-3": UNHEALTHY_PRESENT, "dongle-4": UNHEALTHY_PRESENT}
+    one_pulled = _step(two.basis, _offered_but("dongle-3", "dongle-4"), 5)
+    assert one_pulled.presence == {"dongle-3": UNCERTAIN, "dongle-4": UNCERTAIN}
+    assert one_pulled.summary() == {"unhealthy": 1, "removed": 1, "among": ["dongle-3", "dongle-4"]}
+
+
+def test_a_removed_device_plugged_back_healthy_returns() -> None:
+    unplugged = _step(_all_healthy(), _offered_but("dongle-5"), 5)
+    assert unplugged.presence == {"dongle-5": GONE}
+    back = _step(unplugged.basis, set(SIX), 6)
+    assert back.presence == {}
+
+
+def test_without_a_status_nothing_new_is_concluded_and_old_conclusions_stand() -> None:
+    failed = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    blind = judge(failed.basis, SIX, _offered_but("dongle-4", "dongle-2"), None)
+    assert blind.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-2": UNCERTAIN}
+    assert judge(None, SIX, _offered_but("dongle-2"), None).presence == {"dongle-2": UNCERTAIN}
+
+
+def test_the_basis_survives_its_json() -> None:
+    basis = _step(_all_healthy(), _offered_but("dongle-4", "dongle-5"), 5).basis
+    assert basis is not None
+    assert Basis.from_json(basis.to_json()) == basis
