@@ -192,11 +192,8 @@ async def _answer_early(request: Request, kind: str, form: SnapshotForm) -> Resp
         # Stored with the snapshot, so that the stream's next one, an agent's repeat most
         # often, is known as one.
         setattr(request.state, REPEAT_DIGEST, digest)
-        # A stream this process has not stored (a new node's) has no repeat to know: the
-        # place and the caller's node are not worth checking.
-        node, stream = body.get("node"), form.stream(body)
-        recent = service_state(request.app).ingest.recent
-        if isinstance(node, str) and stream is not None and recent.has_stored(node, stream):
+        ingest = service_state(request.app).ingest
+        if ingest.may_know_repeat(body.get("node"), form.stream(body)):
             answer = await _record_repeat(request, kind, form.place, body, digest)
             if answer is not None:
                 return answer

@@ -100,12 +100,14 @@ def read_api(base_url: str) -> ApiView:
         for d in pages(base_url, "/api/v1/devices", {"state": "any"})
     }
     holders: dict[DeviceKey, set[str]] = {}
-    # Running pods only: the list's default takes in finished pods too, with the holds they
-    # ended, and a hold that ended is no holder.
+    # The pods list also keeps finished pods, with the holds they ended: only running pods'
+    # current holds are holders now.
     for pod in pages(base_url, "/api/v1/pods", {"state": "running"}):
         name = f"{pod['namespace']}/{pod['name']}"
         for container in pod["containers"]:
             for device in container["devices"]:
+                if device.get("ended") is not None:
+                    continue
                 key = DeviceKey(pod["node"], device["resource"], device["device_id"])
                 holders.setdefault(key, set()).add(name)
     return ApiView(devices, {k: frozenset(v) for k, v in holders.items()})

@@ -156,7 +156,9 @@ def test_allocation_starts_and_ends_and_history_is_kept(api: Api) -> None:
     gone = api.ingest_podresources(podresources("node-a", [], 2))
     assert gone["released"] == 1
     assert api.devices(allocated=True) == []
-    assert api.get("/api/v1/pods")["results"] == []
+    assert api.get("/api/v1/pods", state="running")["results"] == []
+    [listed] = api.get("/api/v1/pods", state="finished")["results"]
+    assert (listed["namespace"], listed["name"], listed["running"]) == ("ml", "trainer", False)
     # A finished pod keeps its page: what it held, and until when.
     finished = api.get("/api/v1/pods/ml/trainer")
     assert finished["running"] is False

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from alembic import command
-from sqlalchemy import select
+from sqlalchemy import MetaData, insert, select
 
 from devicedeck.db import create_db_engine, make_session_factory, write_session
-from devicedeck.inventory.models import Device, DeviceIncident, Event, Node
+from devicedeck.inventory.models import DeviceIncident, Event
 from devicedeck.migrate import alembic_config, upgrade_to_head
 
 from .test_migrations import empty_database_url  # noqa: F401 - a fixture
@@ -35,24 +35,31 @@ def test_upgrade_replays_history_and_the_trigger_continues(
     engine = create_db_engine(url)
     factory = make_session_factory(engine)
     try:
+        # The tables as migration 0016 left them: later migrations add columns the models know.
+        tables = MetaData()
+        tables.reflect(engine, only=["nodes", "devices"])
+        with engine.begin() as connection:
+            node_id = connection.execute(
+                insert(tables.tables["nodes"])
+                .values(name="node-a", first_seen=at(0), last_seen=at(0))
+                .returning(tables.tables["nodes"].c.id)
+            ).scalar_one()
+            pk = connection.execute(
+                insert(tables.tables["devices"])
+                .values(
+                    node_id=node_id,
+                    resource="example.com/gpu",
+                    device_id="gpu-0",
+                    health="Unhealthy",
+                    health_source="plugin",
+                    numa_nodes=[],
+                    state="removed",
+                    first_seen=at(0),
+                    last_seen=at(4),
+                )
+                .returning(tables.tables["devices"].c.id)
+            ).scalar_one()
         with write_session(factory) as session:
-            node = Node(name="node-a", first_seen=at(0), last_seen=at(0))
-            session.add(node)
-            session.flush()
-            device = Device(
-                node_id=node.id,
-                resource="example.com/gpu",
-                device_id="gpu-0",
-                health="Unhealthy",
-                health_source="plugin",
-                numa_nodes=[],
-                state="removed",
-                first_seen=at(0),
-                last_seen=at(4),
-            )
-            session.add(device)
-            session.flush()
-            pk = device.id
             session.add_all(
                 [
                     event("device_added", 0, pk, {"health": "Unhealthy"}),

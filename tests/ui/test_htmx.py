@@ -76,6 +76,7 @@ def test_live_refresh_swaps_only_changed_regions(pages: Pages, ingest: Ingest) -
         "v-node-devices",
         "v-node-dra",
         "v-node-side",
+        "v-node-reliability",
         "v-node-events",
     }
     # Nothing changed: 204, and htmx swaps nothing.
@@ -87,8 +88,9 @@ def test_live_refresh_swaps_only_changed_regions(pages: Pages, ingest: Ingest) -
     )
     tree = parse(live_refresh(pages, "/nodes/node-a", digests))
     swapped = {e.attrs["id"] for e in tree.find_all("div") if "hx-swap-oob" in e.attrs}
-    # The plugins and labels did not change; the summary did (the node was just seen).
-    assert swapped == {"node-summary", "node-devices", "node-events"}
+    # The plugins and labels did not change; the summary did (the node was just seen), and a
+    # device turning Unhealthy is a failure in the node's reliability figures.
+    assert swapped == {"node-summary", "node-devices", "node-reliability", "node-events"}
     tiles = tree.by_id("node-devices").find_all("li")
     assert len([t for t in tiles if t.has_class("tile-unhealthy")]) == 2
     assert len([t for t in tiles if t.has_class("tile-removed")]) == 1

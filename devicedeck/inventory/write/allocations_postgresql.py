@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam
 from sqlalchemy.dialects import postgresql
@@ -38,7 +38,7 @@ from devicedeck.inventory.write.allocations import (
     log_allocation_changes,
 )
 from devicedeck.inventory.write.bulk import Write
-from devicedeck.inventory.write.receipts import StreamReceipt, listandwatch_stream, receipt_of
+from devicedeck.inventory.write.receipts import StreamReceipt, listandwatch_stream, receipt_of_row
 
 # The stream's receipt, and, only when the snapshot's content is not the one it last applied,
 # the holdings the snapshot replaces: each part by its node index, as the statement-at-a-time
@@ -105,16 +105,33 @@ def receipt_and_holdings_parameters(
     }
 
 
+class ReceiptAndHoldingsRow(NamedTuple):
+    """The one row of `_RECEIPT_AND_HOLDINGS`, named: the receipt's columns (None throughout
+    before the stream's first snapshot), then the holdings, each part a JSON array of arrays
+    (None throughout when the receipt's content is the snapshot's)."""
+
+    receipt_id: int | None
+    boot_id: str
+    seq: int
+    payload_hash: str
+    content_hash: str | None
+    boot_started_at: datetime | None
+    devices: list[list[Any]] | None
+    allocations: list[list[Any]] | None
+    claims_open: bool | None
+    ended_pods: list[list[Any]] | None
+
+
 def receipt_and_holdings_of(
-    row: Sequence[Any], resources: set[str]
+    read: Sequence[Any], resources: set[str]
 ) -> tuple[StreamReceipt | None, NodeHoldings | None]:
     """`read_receipt_and_holdings`' answer, from the read's row."""
-    receipt = None if row[0] is None else receipt_of(row[:6])
-    devices, allocations, claims_open, ended_pods = row[6:]
-    if claims_open is None:
+    row = ReceiptAndHoldingsRow(*read)
+    receipt = receipt_of_row(row)
+    if row.claims_open is None:
         return receipt, None
     return receipt, holdings_of(
-        devices or (),
+        row.devices or (),
         (
             # JSON has no time type: `started` comes as PostgreSQL's ISO 8601 text.
             CurrentAllocation(
@@ -128,12 +145,13 @@ def receipt_and_holdings_of(
                 pk,
                 datetime.fromisoformat(started),
             )
-            for id, namespace, pod, uid, container, resource, device_id, pk, started in allocations
-            or ()
+            for id, namespace, pod, uid, container, resource, device_id, pk, started in (
+                row.allocations or ()
+            )
         ),
         resources,
-        claims_open,
-        ended_pods or (),
+        row.claims_open,
+        row.ended_pods or (),
     )
 
 

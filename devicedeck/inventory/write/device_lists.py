@@ -12,7 +12,7 @@ keeps the stream's receipt consistent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -33,7 +33,7 @@ from devicedeck.inventory.write.receipts import (
     RECEIPT_COLUMNS,
     StreamReceipt,
     listandwatch_stream,
-    receipt_of,
+    receipt_of_row,
 )
 
 
@@ -77,7 +77,6 @@ _STREAM_OF_NODE = select(*RECEIPT_COLUMNS, *_listed_columns).select_from(
     )
 )
 _RECEIPT_AND_DEVICES = _STREAM_OF_NODE.where(_nodes.c.id == bindparam("node_id"))
-_RECEIPT_WIDTH = len(RECEIPT_COLUMNS)
 _RECEIPT_AND_DEVICES_SQL = DriverStatement(_RECEIPT_AND_DEVICES)
 # The node's present devices of its other resources, for the per-node device limit when a
 # snapshot lists new devices. The state and the resource filter the count, not the scan: as
@@ -123,23 +122,68 @@ def stream_parameters(snapshot: ListAndWatchSnapshot) -> dict[str, Any]:
     return {"stream": listandwatch_stream(snapshot.resource), "resource": snapshot.resource}
 
 
+class StreamRow(NamedTuple):
+    """A row of the stream's read (`_STREAM_OF_NODE`), named: the receipt's columns, then a
+    device's, then, for the read by the node's name (STREAM_OF_NAMED_NODE), the node's
+    present devices of its other resources. On the one row of a stream without a receipt,
+    or without devices, that part is None throughout: `receipt_id` and `device_row_id`
+    tell."""
+
+    receipt_id: int | None
+    boot_id: str
+    seq: int
+    payload_hash: str
+    content_hash: str | None
+    boot_started_at: datetime | None
+    device_row_id: int | None
+    device_id: str
+    state: str
+    health: str
+    raw_health: str | None
+    health_source: str
+    # As text, decoded once per distinct value (numa_nodes_of).
+    numa_nodes: str
+    first_seen: datetime
+    health_changed_at: datetime | None
+    removed_by_capacity: bool
+    presence_uncertain: bool
+    present_elsewhere: int | None = None
+
+    def receipt(self) -> StreamReceipt | None:
+        return receipt_of_row(self)
+
+    def device(self) -> ListedDevice | None:
+        if self.device_row_id is None:
+            return None
+        return ListedDevice(
+            self.device_row_id,
+            self.device_id,
+            self.state,
+            self.health,
+            self.raw_health,
+            self.health_source,
+            list(numa_nodes_of(self.numa_nodes)),
+            in_utc(self.first_seen),
+            in_utc(self.health_changed_at),
+            self.removed_by_capacity,
+            bool(self.presence_uncertain),
+        )
+
+
 def stream_of_rows(
     rows: Sequence[Sequence[Any]],
 ) -> tuple[StreamReceipt | None, dict[str, ListedDevice]]:
     """`read_stream`'s answer from the rows of its statement."""
-    receipt = rows[0][:_RECEIPT_WIDTH] if rows else None
-    devices = _listed_devices(
-        row[_RECEIPT_WIDTH:] for row in rows if row[_RECEIPT_WIDTH] is not None
-    )
-    if receipt is None or receipt[0] is None:
-        return None, devices
-    return receipt_of(receipt), devices
+    named = [StreamRow(*row) for row in rows]
+    receipt = named[0].receipt() if named else None
+    devices = {device.device_id: device for row in named if (device := row.device()) is not None}
+    return receipt, devices
 
 
 def present_elsewhere_of_rows(rows: Sequence[Sequence[Any]]) -> int:
     """The node's present devices of its other resources, from the rows of
     STREAM_OF_NAMED_NODE (not empty)."""
-    return int(rows[0][-1])
+    return int(StreamRow(*rows[0]).present_elsewhere or 0)
 
 
 _PRESENT_ELSEWHERE = select(_PRESENT_ELSEWHERE_COUNT).where(
@@ -192,24 +236,6 @@ class ListedDevice(NamedTuple):
     health_changed_at: datetime | None
     removed_by_capacity: bool
     presence_uncertain: bool
-
-
-def _listed_devices(rows: Iterable[Sequence[Any]]) -> dict[str, ListedDevice]:
-    """Rows of `_LISTED_DEVICES`'s columns by device ID."""
-    # Times in UTC whatever read them (`DriverStatement` on PostgreSQL).
-    return {
-        row[1]: ListedDevice._make(
-            (
-                *row[:6],
-                list(numa_nodes_of(row[6])),
-                in_utc(row[7]),
-                in_utc(row[8]),
-                row[9],
-                bool(row[10]),
-            )
-        )
-        for row in rows
-    }
 
 
 def replace_device_list(

@@ -33,30 +33,26 @@ DriverCall = tuple[str, dict[str, Any]]
 ReadRows = list[Sequence[Any]]
 
 
-class FullPathNeeded(Exception):
-    """Raised by a `close` for a snapshot that needs more than one closing statement: its
-    transaction rolls back, and the session path applies it."""
-
-
 async def apply_on_locked_node(
     pool: AsyncConnectionPool[AsyncConnection[Any]],
     node_name: str,
     log: EventLog,
     read: DriverCall,
-    close: Callable[[LockedNode, ReadRows], DriverCall],
+    close: Callable[[LockedNode, ReadRows], DriverCall | None],
     *,
     stale_after: timedelta | None,
     prepare_read: bool | None = None,
 ) -> bool:
     """BEGIN, the node's lock (or its insert, its node_added event then logged in `log`) and
     `read` (sent together; the read runs after the lock, so under it), then the statement
-    `close` makes of the node and the read's rows, and COMMIT. `prepare_read=False` has the
-    server plan the statements before `close` for each call, where a plan it would cache could
-    outlive the table sizes it was made for.
+    `close` makes of the node and the read's rows, and COMMIT; None from `close` (a snapshot
+    that needs more than one closing statement) rolls back, for the session path to apply it.
+    `prepare_read=False` has the server plan the statements before `close` for each call,
+    where a plan it would cache could outlive the table sizes it was made for.
 
     False, having changed nothing, when the node is one the session path must lock (another
-    transaction is inserting it, or it is back from an outage), when `close` raised
-    FullPathNeeded, when no connection came in time, or when the server dropped the
+    transaction is inserting it, or it is back from an outage), when `close` returned
+    None, when no connection came in time, or when the server dropped the
     connection. Any other error of `close` or of a statement rolls the transaction back and
     propagates."""
     now: datetime = log.at
@@ -74,13 +70,14 @@ async def apply_on_locked_node(
                     reading = await connection.execute(*read, prepare=prepare_read)
                     node_rows, rows = await locked.fetchall(), await reading.fetchall()
                     node = plainly_locked_node(node_rows, node_name, now, log, stale_after)
-                    if node is None:
-                        raise FullPathNeeded
-                    await connection.execute(*close(node, rows))
+                    closing = None if node is None else close(node, rows)
+                    if closing is None:
+                        return False  # rolled back below
+                    await connection.execute(*closing)
                     await connection.execute("COMMIT")
             finally:
                 if connection.info.transaction_status != TransactionStatus.IDLE:
                     await connection.rollback()
-    except (FullPathNeeded, psycopg.OperationalError):
+    except psycopg.OperationalError:
         return False
     return True

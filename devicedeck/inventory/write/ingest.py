@@ -1,5 +1,5 @@
-"""Applying snapshots from node agents: the one place that decides between the unchanged
-shortcut and the full apply.
+"""Applying snapshots from node agents: which route a snapshot takes, each carrying out the
+plan its stream's receipt gives it (`plan_snapshot`, devicedeck/inventory/write/decision.py).
 
 Each snapshot replaces what its stream owns, in one transaction, with its events: a
 ListAndWatch snapshot the device list of one (node, resource)
@@ -63,6 +63,7 @@ from devicedeck.inventory.write.allocations_postgresql import (
 )
 from devicedeck.inventory.write.bulk import Write, together
 from devicedeck.inventory.write.claims import replace_claim_allocations
+from devicedeck.inventory.write.decision import Plan, plan_snapshot
 from devicedeck.inventory.write.derived_health import DERIVED
 from devicedeck.inventory.write.device_lists import (
     NEW_LISTED_DEVICES,
@@ -84,7 +85,6 @@ from devicedeck.inventory.write.device_lists import (
 from devicedeck.inventory.write.driver_sql import DriverStatement
 from devicedeck.inventory.write.driver_transaction import (
     DriverCall,
-    FullPathNeeded,
     ReadRows,
     apply_on_locked_node,
 )
@@ -92,10 +92,8 @@ from devicedeck.inventory.write.node_lock import LockedNode, lock_node_seen
 from devicedeck.inventory.write.podresources_driver import apply_pod_resources
 from devicedeck.inventory.write.receipts import (
     PODRESOURCES_STREAM,
-    Order,
     ReceiptRecord,
     StreamReceipt,
-    check_order,
     find_receipt,
     listandwatch_stream,
     receipt_write,
@@ -235,16 +233,16 @@ def apply_snapshot(
         receipt, listed = read_stream(session, node_id, snapshot)
     else:
         receipt = find_receipt(session, node_id, stream)
-    order = check_order(receipt, snapshot.source, content_hash, stream)
-    if order is Order.REPEAT:
+    plan = plan_snapshot(receipt, snapshot, stream=stream, content_hash=content_hash)
+    if plan is Plan.ANSWER_REPEAT:
         log.write(session)
         return IngestResult(duplicate=True, changed=bool(log.rows), events=len(log.rows))
-    if order is Order.LATE:
+    if plan is Plan.ANSWER_LATE:
         log.write(session)  # the node's own events: it was seen
         return IngestResult(late=True, changed=bool(log.rows), events=len(log.rows))
     device_changes: DeviceChanges = []
     allocation_writes: list[Write] = []
-    if receipt is None or receipt.content_hash != content_hash:
+    if plan is Plan.APPLY_CHANGES:
         if isinstance(snapshot, ListAndWatchSnapshot):
             device_changes = _replace_device_list(
                 session,
@@ -331,10 +329,11 @@ async def apply_listed_devices(
     log = EventLog(at=now, actor=actor)
     read = (STREAM_OF_NAMED_NODE.sql, STREAM_OF_NAMED_NODE.values(parameters))
 
-    def close(node: LockedNode, rows: ReadRows) -> DriverCall:
-        statement, values = _listed_devices_close(
-            snapshot, node, rows, content_hash, log, max_node_devices
-        )
+    def close(node: LockedNode, rows: ReadRows) -> DriverCall | None:
+        closing = _listed_devices_close(snapshot, node, rows, content_hash, log, max_node_devices)
+        if closing is None:
+            return None
+        statement, values = closing
         return statement.sql, statement.values(values)
 
     # A stream this process has not stored (a new node's, most often) has its reads planned
@@ -361,18 +360,19 @@ def _listed_devices_close(
     content_hash: str,
     log: EventLog,
     max_node_devices: int | None,
-) -> tuple[DriverStatement, dict[str, Any]]:
+) -> tuple[DriverStatement, dict[str, Any]] | None:
     """`apply_listed_devices`' decisions, as `apply_snapshot` takes them, from the node's
     locked (or inserted) row and the stream's rows: the statement that closes the
     transaction."""
     now = log.at
     stream = listandwatch_stream(snapshot.resource)
     receipt, listed = stream_of_rows(rows)
-    if check_order(receipt, snapshot.source, content_hash, stream) is not Order.APPLY:
-        raise FullPathNeeded  # answered as a repeat or late there, with the node's events
+    plan = plan_snapshot(receipt, snapshot, stream=stream, content_hash=content_hash)
+    if plan in (Plan.ANSWER_REPEAT, Plan.ANSWER_LATE):
+        return None  # answered there, with the node's events
     device_changes: DeviceChanges = []
     inserted: list[Write] = []
-    if receipt is None or receipt.content_hash != content_hash:
+    if plan is Plan.APPLY_CHANGES:
         device_changes, new_devices = listed_device_changes(
             node.id, snapshot, now, log, listed, gone=set()
         )
@@ -464,6 +464,12 @@ class SnapshotIngest:
             if event_loop_database is None
             else UnchangedSnapshots(event_loop_database.statements)
         )
+
+    def may_know_repeat(self, node: object, stream: str | None) -> bool:
+        """Whether a body naming `node` and `stream` may be a repeat `record_repeat` knows.
+        Only a stream this process stored has one: for any other (a new node's) the body's
+        place and its caller are not worth checking."""
+        return isinstance(node, str) and stream is not None and self.recent.has_stored(node, stream)
 
     async def record_repeat(self, place: SnapshotPlace, body_digest: bytes) -> bool:
         """A snapshot whose body, but for its place, is the one this process last stored for

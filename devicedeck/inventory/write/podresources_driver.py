@@ -31,19 +31,17 @@ from devicedeck.inventory.write.allocations_postgresql import (
     writes_replacing_holdings,
 )
 from devicedeck.inventory.write.bulk import Write, together
+from devicedeck.inventory.write.decision import Plan, plan_snapshot
 from devicedeck.inventory.write.driver_sql import DriverStatement
 from devicedeck.inventory.write.driver_transaction import (
     DriverCall,
-    FullPathNeeded,
     ReadRows,
     apply_on_locked_node,
 )
 from devicedeck.inventory.write.node_lock import LockedNode
 from devicedeck.inventory.write.receipts import (
     PODRESOURCES_STREAM,
-    Order,
     ReceiptRecord,
-    check_order,
     receipt_write,
 )
 
@@ -73,10 +71,13 @@ async def apply_pod_resources(
     log = EventLog(at=now, actor=actor)
     read = (READ_RECEIPT_AND_HOLDINGS_OF_NAMED_NODE, parameters)
 
-    def close(node: LockedNode, rows: ReadRows) -> DriverCall:
-        statement, values = _pod_resources_close(
+    def close(node: LockedNode, rows: ReadRows) -> DriverCall | None:
+        closing = _pod_resources_close(
             snapshot, listed, node, rows[0], content_hash, log, max_node_devices
         )
+        if closing is None:
+            return None
+        statement, values = closing
         return statement.sql, statement.values(values)
 
     if not await apply_on_locked_node(
@@ -94,19 +95,20 @@ def _pod_resources_close(
     content_hash: str,
     log: EventLog,
     max_node_devices: int | None,
-) -> tuple[DriverStatement, dict[str, Any]]:
+) -> tuple[DriverStatement, dict[str, Any]] | None:
     """`apply_pod_resources`' decisions, as `apply_snapshot` takes them, from the node's row
     (locked, or inserted) and the receipt-and-holdings read: the statement that closes the
     transaction."""
     now = log.at
     receipt, holdings = receipt_and_holdings_of(read, listed.resources)
-    if check_order(receipt, snapshot.source, content_hash, PODRESOURCES_STREAM) is not Order.APPLY:
-        raise FullPathNeeded  # answered as a repeat or late there, with the node's events
+    plan = plan_snapshot(receipt, snapshot, stream=PODRESOURCES_STREAM, content_hash=content_hash)
+    if plan in (Plan.ANSWER_REPEAT, Plan.ANSWER_LATE):
+        return None  # answered there, with the node's events
     writes: list[Write] = []
-    # No holdings: the receipt's content is this one, and nothing is replaced.
-    if holdings is not None:
-        if holdings.claims_open or _lists_claims(snapshot):
-            raise FullPathNeeded  # the claims are read and written statement by statement
+    if plan is Plan.APPLY_CHANGES:
+        # The read brings the holdings whenever the receipt's content is not this one.
+        if holdings is None or holdings.claims_open or _lists_claims(snapshot):
+            return None  # the claims are read and written statement by statement
         writes = writes_replacing_holdings(
             node.id, snapshot.node, listed, holdings, now, log, max_node_devices=max_node_devices
         )

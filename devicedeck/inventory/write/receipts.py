@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from sqlalchemy import CursorResult, Update, bindparam, insert, select, update
 from sqlalchemy.orm import Session
@@ -111,6 +111,38 @@ def receipt_of(columns: Sequence[Any]) -> StreamReceipt:
     receipt_id, boot_id, seq, payload_hash, content_hash, boot_started_at = columns
     return StreamReceipt(
         receipt_id, boot_id, seq, payload_hash, content_hash, in_utc(boot_started_at)
+    )
+
+
+class ReceiptColumns(Protocol):
+    """A named row that carries RECEIPT_COLUMNS' values among others; `receipt_id` is None
+    where the read found no receipt."""
+
+    @property
+    def receipt_id(self) -> int | None: ...
+    @property
+    def boot_id(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def payload_hash(self) -> str: ...
+    @property
+    def content_hash(self) -> str | None: ...
+    @property
+    def boot_started_at(self) -> datetime | None: ...
+
+
+def receipt_of_row(row: ReceiptColumns) -> StreamReceipt | None:
+    """The receipt a named row carries, None where the read found none."""
+    if row.receipt_id is None:
+        return None
+    return StreamReceipt(
+        row.receipt_id,
+        row.boot_id,
+        row.seq,
+        row.payload_hash,
+        row.content_hash,
+        in_utc(row.boot_started_at),
     )
 
 
