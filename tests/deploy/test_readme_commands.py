@@ -391,6 +391,8 @@ NOT_RUNNABLE: dict[str, str] = {
     "kubectl -n devicedeck": "needs a real cluster",
     ".venv/bin/devicedeck truth": "runs its own cluster for many minutes; tests/truth/test_run.py "
     "runs a short seeded run",
+    "DEVICEDECK_REQUIRE_POSTGRES=1 .venv/bin/pytest": "a test of this suite run on its own; "
+    "`make test` runs it with the rest",
 }
 
 
