@@ -81,6 +81,11 @@ class Agent:
         self._view: KubeletView | None = None
         # Replaced whole, never changed in place, so it can be read without the lock.
         self._taps_live: frozenset[str] = frozenset()
+        # Tapped resources whose tap has not yet finished its first try. Until it has, the
+        # kubelet's view of such a resource is not reported: a new agent remembers no device,
+        # so an unhealthy device, which the kubelet does not offer, would read as removed
+        # until the plugin's own list arrived a moment later.
+        self._taps_untried: frozenset[str] = frozenset(t.resource for t in config.taps)
         self._dra_live: frozenset[str] = frozenset()
         self._stopping = False
         self.pusher = Pusher(
@@ -229,8 +234,9 @@ class Agent:
                 holding=restarted is not None
                 and self.reader.since(restarted) < KUBELET_RESTART_HOLD_SECONDS,
             )
+            tapped = self._taps_live | self._taps_untried
             for resource, devices in derived.items():
-                if resource not in self._taps_live:
+                if resource not in tapped:
                     snapshots.append(
                         listandwatch_snapshot(
                             node, resource, devices, health_source="derived", observed_at=observed
@@ -256,6 +262,7 @@ class Agent:
     ) -> None:
         with self._lock:
             self._taps_live = self._taps_live | {resource}
+            self._taps_untried = self._taps_untried - {resource}
             for device in devices:
                 nodes = [n["ID"] for n in device.get("topology", {}).get("nodes", [])]
                 self._derived.remember(resource, device["ID"], nodes)
@@ -271,8 +278,10 @@ class Agent:
             )
 
     def _tap_disconnected(self, resource: str) -> None:
+        """The tap's stream ended, or its first try found no plugin to stream from."""
         with self._lock:
             self._taps_live = self._taps_live - {resource}
+            self._taps_untried = self._taps_untried - {resource}
             if self._view is None or self._stopping:
                 return
             # Until the tap is back, the resource's health is derived again.

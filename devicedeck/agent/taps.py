@@ -68,6 +68,7 @@ class ResourceTap(StreamThread):
         self._on_disconnect = on_disconnect
         self._socket_events = 0
         self._mismatched: set[SocketId] = set()
+        self._tried = False
         self.socket: Path | None = None
 
     @property
@@ -95,6 +96,11 @@ class ResourceTap(StreamThread):
                 # The tap must outlive anything unforeseen; it retries after back-off.
                 log.exception("tap error", extra={"event": "tap_error", "resource": self.resource})
                 streamed_for = 0.0
+            if not self._tried and not self._stopping:
+                # No plugin streamed on the first try (an accepted stream sets _tried): the
+                # agent reports the resource from the kubelet's view until one does.
+                self._tried = True
+                self._on_disconnect(self.resource)
             if streamed_for >= STABLE_STREAM_SECONDS:
                 self._backoff.reset()
             if self._wait_for_socket_change(seen_events, self._backoff.next_delay()):
@@ -161,6 +167,7 @@ class ResourceTap(StreamThread):
                         self._mismatch(candidate)
                         return False, 0.0
                     accepted = True
+                    self._tried = True
                     self.socket = candidate.path
                     self._metrics.tap_connected.labels(self.resource).set(1)
                     log.info(

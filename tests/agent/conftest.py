@@ -1,5 +1,6 @@
 """Fixtures for the agent tests: one shared service (SQLite), short kubelet roots, simulated
-nodes and agents that are always stopped, whatever the test does."""
+nodes and agents that are always stopped, whatever the test does, and for the tests that need
+one, a simulated API server with a service watching it and sending alerts to a receiver."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from core.webhook_receiver import WebhookReceiver, running
+
+from devicedeck.sim.apiserver import SimApiServer
 
 from .helpers import Api, Process, Service, SimNode, agent_process
 
@@ -124,3 +128,40 @@ def start_agent(work_dir: Path, node_name: str) -> Iterator[Callable[..., Proces
     assert not failed, f"agents did not stop cleanly: {failed}\n" + "\n".join(
         a.output()[-3000:] for a in started
     )
+
+
+ADMIN_TOKEN = "sim-admin-token"
+
+
+@pytest.fixture
+def cluster(work_dir: Path) -> Iterator[Path]:
+    """The simulated API server; yields its kubeconfig."""
+    server = SimApiServer(None, admin_token=ADMIN_TOKEN).start()
+    try:
+        yield server.write_kubeconfig(work_dir / "kubeconfig")
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    with running(WebhookReceiver()) as started:
+        yield started
+
+
+@pytest.fixture
+def watching_service(
+    work_dir: Path, cluster: Path, receiver: WebhookReceiver
+) -> Iterator[RunningService]:
+    service = Service(f"sqlite:///{work_dir / 'devicedeck.db'}", work_dir)
+    service.env.update(
+        DEVICEDECK_KUBE="kubeconfig",
+        DEVICEDECK_KUBECONFIG=str(cluster),
+        DEVICEDECK_WEBHOOK_URL=receiver.url,
+    )
+    service.start()
+    try:
+        read = service.create_token("reader", "read")
+        yield RunningService(service, "", read)
+    finally:
+        service.stop()

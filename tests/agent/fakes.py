@@ -1,6 +1,6 @@
-"""Fakes of the agent's two other sides, on real sockets: a PodResources server that rate
-limits, and an HTTP service that misbehaves on demand and can turn into a proxy to the real
-service."""
+"""Fakes of the agent's other sides, on real sockets: a PodResources server that rate limits,
+a device plugin that passes a real plugin's stream on after a delay, and an HTTP service that
+misbehaves on demand and can turn into a proxy to the real service."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,8 @@ import grpc
 import httpx
 
 from devicedeck.kubelet.paths import KubeletPaths, unix_target
+from devicedeck.kubelet.proto import deviceplugin_pb2 as dp
+from devicedeck.kubelet.proto import deviceplugin_pb2_grpc as dp_grpc
 from devicedeck.kubelet.proto import podresources_pb2 as pr
 from devicedeck.kubelet.proto import podresources_pb2_grpc as pr_grpc
 
@@ -95,6 +98,56 @@ class RateLimitedPodResources(pr_grpc.PodResourcesListerServicer):
                 for device in ("d0", "d1")
             ]
         )
+
+
+class SlowDevicePlugin(dp_grpc.DevicePluginServicer):
+    """A device plugin socket that forwards a real plugin's ListAndWatch stream, holding back
+    each stream's first message for `first_message_delay` seconds: a plugin slow to answer
+    a new stream, as when its health checks run before the first list."""
+
+    def __init__(self, path: Path, upstream: Path, first_message_delay: float) -> None:
+        self.path = path
+        self.first_message_delay = first_message_delay
+        self._upstream = grpc.insecure_channel(unix_target(upstream))
+        self._stub = dp_grpc.DevicePluginStub(self._upstream)
+        self._server: grpc.Server | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    def start(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=4)
+        self._server = grpc.server(self._executor)
+        dp_grpc.add_DevicePluginServicer_to_server(self, self._server)
+        self._server.add_insecure_port(unix_target(self.path))
+        self._server.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0).wait()
+            self._server = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._upstream.close()
+
+    def GetDevicePluginOptions(
+        self, request: dp.Empty, context: grpc.ServicerContext
+    ) -> dp.DevicePluginOptions:
+        return self._stub.GetDevicePluginOptions(dp.Empty(), timeout=5)
+
+    def ListAndWatch(
+        self, request: dp.Empty, context: grpc.ServicerContext
+    ) -> Iterator[dp.ListAndWatchResponse]:
+        call = self._stub.ListAndWatch(dp.Empty())
+        context.add_callback(call.cancel)
+        first = True
+        try:
+            for response in call:
+                if first:
+                    time.sleep(self.first_message_delay)
+                    first = False
+                yield response
+        except grpc.RpcError:
+            return
 
 
 MODES = ("500", "409", "401", "garbage", "reset", "proxy")

@@ -5,42 +5,16 @@ unhealthy one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devicedeck.sim.apiserver import SimApiServer
-
 from .conftest import RunningService
-from .helpers import GPU, Api, Process, Service, SimNode, wait_until
+from .helpers import GPU, Api, Process, SimNode, wait_until
 
 pytestmark = pytest.mark.slow
-
-ADMIN_TOKEN = "sim-admin-token"
-
-
-@pytest.fixture
-def cluster(work_dir: Path) -> Iterator[Path]:
-    """The simulated API server; yields its kubeconfig."""
-    server = SimApiServer(None, admin_token=ADMIN_TOKEN).start()
-    try:
-        yield server.write_kubeconfig(work_dir / "kubeconfig")
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def watching_service(work_dir: Path, cluster: Path) -> Iterator[RunningService]:
-    service = Service(f"sqlite:///{work_dir / 'devicedeck.db'}", work_dir)
-    service.env.update(DEVICEDECK_KUBE="kubeconfig", DEVICEDECK_KUBECONFIG=str(cluster))
-    service.start()
-    try:
-        read = service.create_token("reader", "read")
-        yield RunningService(service, "", read)
-    finally:
-        service.stop()
 
 
 def _device(api: Api, node: str, device_id: str) -> dict[str, Any] | None:

@@ -7,57 +7,20 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from core.webhook_receiver import WebhookReceiver, running
+from core.webhook_receiver import WebhookReceiver
 
-from devicedeck.sim.apiserver import SimApiServer
 from devicedeck.sim.plugin import device_id_for
 
 from .conftest import RunningService
-from .helpers import DONGLE, Api, Process, Service, SimNode, agent_process, wait_until
+from .helpers import DONGLE, Api, Process, SimNode, agent_process, wait_until
 
 pytestmark = pytest.mark.slow
-
-ADMIN_TOKEN = "sim-admin-token"
-
-
-@pytest.fixture
-def cluster(work_dir: Path) -> Iterator[Path]:
-    """The simulated API server; yields its kubeconfig."""
-    server = SimApiServer(None, admin_token=ADMIN_TOKEN).start()
-    try:
-        yield server.write_kubeconfig(work_dir / "kubeconfig")
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    with running(WebhookReceiver()) as started:
-        yield started
-
-
-@pytest.fixture
-def watching_service(
-    work_dir: Path, cluster: Path, receiver: WebhookReceiver
-) -> Iterator[RunningService]:
-    service = Service(f"sqlite:///{work_dir / 'devicedeck.db'}", work_dir)
-    service.env.update(
-        DEVICEDECK_KUBE="kubeconfig",
-        DEVICEDECK_KUBECONFIG=str(cluster),
-        DEVICEDECK_WEBHOOK_URL=receiver.url,
-    )
-    service.start()
-    try:
-        read = service.create_token("reader", "read")
-        yield RunningService(service, "", read)
-    finally:
-        service.stop()
 
 
 def _synced(api: Api, node: str, capacity: int, allocatable: int) -> bool:
