@@ -35,10 +35,12 @@ class Cluster:
         self.agent = {"Authorization": f"Bearer {agent}"}
         self.reader = {"Authorization": f"Bearer {reader}"}
         self.seq = 0
+        self.last: dict[str, str] = {}
 
     def derived(self, devices: dict[str, str]) -> dict[str, Any]:
         """Post the agent's derived device list for node-a (what the kubelet offers is Healthy)."""
         self.seq += 1
+        self.last = dict(devices)
         body = {
             "node": NODE,
             "resource": GPU,
@@ -51,6 +53,17 @@ class Cluster:
         assert response.status_code == 200, response.text
         result: dict[str, Any] = response.json()
         return result
+
+    def heartbeat(self) -> dict[str, Any]:
+        """Post the last device list again, as the agent's heartbeat does."""
+        return self.derived(self.last)
+
+    def judged(self, capacity: int, allocatable: int) -> None:
+        """The Node's status changes, the service holds it, and the agent's next snapshot, its
+        heartbeat here, is judged with it."""
+        self.status(capacity, allocatable)
+        self.synced(capacity, allocatable)
+        self.heartbeat()
 
     def status(self, capacity: int, allocatable: int) -> None:
         self.fake_api.put(
@@ -134,9 +147,13 @@ def test_an_unplugged_device_is_removed_once_capacity_falls(
     cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
     assert cluster.state_of("gpu-3") == ("present", "Unhealthy")
 
-    # Capacity and allocatable fall together: it was unplugged.
+    # Capacity and allocatable fall together: it was unplugged. The status is newer than the
+    # device list it agrees with, so it waits for the agent's next snapshot to be judged.
     cluster.status(3, 3)
-    wait_for(lambda: cluster.state_of("gpu-3")[0] == "removed", what="gpu-3 removed")
+    cluster.synced(3, 3)
+    assert cluster.state_of("gpu-3") == ("present", "Unhealthy")
+    cluster.heartbeat()
+    assert cluster.state_of("gpu-3")[0] == "removed"
     assert {d: s["state"] for d, s in cluster.devices().items()} == {
         "gpu-0": "present",
         "gpu-1": "present",
@@ -144,7 +161,7 @@ def test_an_unplugged_device_is_removed_once_capacity_falls(
         "gpu-3": "removed",
     }
     removed = cluster.events("device_removed", "gpu-3")
-    assert [e["actor"] for e in removed] == ["kube-watcher"]
+    assert [e["actor"] for e in removed] == [ACTOR]
     assert "capacity" in removed[0]["after"]["reason"]
     assert "no longer counted in the Node's capacity" in cluster.device("gpu-3")["health_detail"]
 
@@ -214,11 +231,8 @@ def test_one_of_two_unhealthy_unplugged_is_not_guessed_and_neither_is_removed(
     assert cluster.devices()["gpu-2"]["presence"] == "present"
 
     # One of the two is gone; the counts cannot say which, and the service says so.
-    cluster.status(3, 2)
-    wait_for(
-        lambda: cluster.devices()["gpu-2"]["presence"] == "unhealthy_or_removed",
-        what="gpu-2 unhealthy or removed",
-    )
+    cluster.judged(3, 2)
+    assert cluster.devices()["gpu-2"]["presence"] == "unhealthy_or_removed"
     for device_id in ("gpu-1", "gpu-2"):
         device = cluster.device(device_id)
         assert (device["state"], device["presence"]) == ("present", "unhealthy_or_removed")
@@ -252,10 +266,8 @@ def test_one_of_two_unhealthy_unplugged_is_not_guessed_and_neither_is_removed(
     assert "1 unhealthy, 1 removed among gpu-1, gpu-2" in node_page
 
     # Capacity rises again while neither is offered: both are counted unhealthy.
-    cluster.status(4, 2)
-    wait_for(
-        lambda: cluster.devices()["gpu-2"]["presence"] == "present", what="gpu-2 told unhealthy"
-    )
+    cluster.judged(4, 2)
+    assert cluster.devices()["gpu-2"]["presence"] == "present"
     assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
     assert cluster.events("device_removed", "gpu-2") == []
     assert cluster.events("device_reappeared", "gpu-2") == []
@@ -266,13 +278,11 @@ def test_a_flap_while_another_is_unplugged_never_removes_the_flapping_device(
 ) -> None:
     cluster = _four_healthy_gpus(start_app, fake_api, make_token)
     cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
-    cluster.status(4, 3)
-    cluster.synced(4, 3)
+    cluster.judged(4, 3)
 
     # gpu-2 is pulled out while gpu-3 flaps: the status lags, then counts one gone.
     cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-2": "Unhealthy", "gpu-3": "Unhealthy"})
-    cluster.status(3, 1)
-    cluster.synced(3, 1)
+    cluster.judged(3, 1)
     assert cluster.state_of("gpu-3")[0] == "present"
     assert cluster.devices()["gpu-3"]["presence"] == "unhealthy_or_removed"
     assert cluster.devices()["gpu-2"]["presence"] == "unhealthy_or_removed"
@@ -282,12 +292,35 @@ def test_a_flap_while_another_is_unplugged_never_removes_the_flapping_device(
     # gpu-3 is offered again: it was the flapping one, so gpu-2 is the one that went.
     cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-2": "Unhealthy"})
     assert cluster.state_of("gpu-3") == ("present", "Healthy")
-    cluster.status(3, 2)
-    wait_for(lambda: cluster.state_of("gpu-2")[0] == "removed", what="gpu-2 removed")
+    cluster.judged(3, 2)
+    assert cluster.state_of("gpu-2")[0] == "removed"
     assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
     for device_id in ("gpu-0", "gpu-1", "gpu-3"):
         assert cluster.events("device_removed", device_id) == []
     assert len(cluster.events("device_removed", "gpu-2")) == 1
+
+
+def test_a_status_agreeing_with_an_older_list_by_coincidence_names_no_device(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
+    cluster.judged(4, 3)
+    assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
+
+    # gpu-1 recovers as gpu-2 is unplugged. The Node's status says so first, and its counts
+    # (three devices, all offered) match the agent's older list, which still lacks gpu-1.
+    cluster.status(3, 3)
+    cluster.synced(3, 3)
+    assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
+    assert cluster.state_of("gpu-2") == ("present", "Healthy")
+
+    # The agent's list catches up: the two are judged as one moment.
+    cluster.derived(FOUR | {"gpu-2": "Unhealthy"})
+    assert cluster.state_of("gpu-1") == ("present", "Healthy")
+    assert cluster.state_of("gpu-2")[0] == "removed"
+    for device_id in ("gpu-0", "gpu-1", "gpu-3"):
+        assert cluster.events("device_removed", device_id) == []
 
 
 def test_an_agent_that_forgot_its_devices_changes_nothing(
@@ -295,11 +328,10 @@ def test_an_agent_that_forgot_its_devices_changes_nothing(
 ) -> None:
     cluster = _four_healthy_gpus(start_app, fake_api, make_token)
     cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
-    cluster.status(4, 3)
-    cluster.synced(4, 3)
+    cluster.judged(4, 3)
     cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-3": "Unhealthy"})
-    cluster.status(3, 2)
-    wait_for(lambda: cluster.state_of("gpu-3")[0] == "removed", what="gpu-3 removed")
+    cluster.judged(3, 2)
+    assert cluster.state_of("gpu-3")[0] == "removed"
 
     def states() -> dict[str, tuple[str, str, str]]:
         return {d: (s["state"], s["presence"], s["health"]) for d, s in cluster.devices().items()}
@@ -346,8 +378,8 @@ def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(
         assert "Unhealthy or removed" in response.text, page
 
     # The Node appears in the cluster, one device short: now it is known to be gone ...
-    cluster.status(3, 3)
-    wait_for(lambda: cluster.state_of("gpu-3")[0] == "removed", what="gpu-3 removed")
+    cluster.judged(3, 3)
+    assert cluster.state_of("gpu-3")[0] == "removed"
     events_page = cluster.client.get(f"/events?node={NODE}")
     assert "not counted in the Node&#39;s capacity" in events_page.text
     # ... and when the Node leaves the cluster, what its status told stands: no new

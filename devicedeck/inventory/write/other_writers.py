@@ -217,10 +217,10 @@ def apply_reported_health(
 
 def reconsider_derived_devices(session: Session, node: Node, now: datetime, log: EventLog) -> None:
     """Apply the Node's status, as it now is, to the node's devices whose health is derived
-    (devicedeck/inventory/write/derived_health.py): remove the ones it tells gone, mark the ones it
-    cannot tell. The inputs are the rows the last derived snapshot left, so the result is
-    what that snapshot's full path would give with this status. A removed device comes back
-    only when its snapshot offers it."""
+    (devicedeck/inventory/write/derived_health.py). A status that is not evidence for the last
+    snapshot's offer marks the devices not offered that it leaves untold; one that is, is
+    left for the stream's next snapshot to be judged with, as the two may describe different
+    moments. A removed device comes back only when its snapshot offers it."""
     rows = session.scalars(
         select(Device)
         .where(Device.node_id == node.id, Device.health_source == DERIVED)
@@ -239,6 +239,14 @@ def reconsider_derived_devices(session: Session, node: Node, now: datetime, log:
             removed=[d.device_id for d in devices if d.state != PRESENT],
             counts=status_counts(node.capacity, node.allocatable, resource),
         )
+        if judgement.counts is not None:
+            # The status agrees with the offer of the last snapshot, which is older than the
+            # status: they may agree by coincidence (one device offered again in the status
+            # while another left, neither yet in the snapshot), and judged as one moment they
+            # would name the wrong device. The stream's next snapshot, a change or the agent's
+            # heartbeat, takes the full path and is judged with this status.
+            forget_content_hash(session, node.id, listandwatch_stream(resource))
+            continue
         stored = stored_after(stored, resource, judgement, log, node.name) or stored
         where: dict[str, Any] = {"node": node.name, "resource": resource}
         changed = False
