@@ -9,8 +9,10 @@ the service would record it as removed instead of unhealthy.
 
 A kubelet that restarts offers nothing until each plugin has registered again, which would
 read as every device failing at once. For a bounded time after a restart
-(KUBELET_RESTART_HOLD_SECONDS), a resource whose offer shrank keeps the last offer seen before
-it: a device that really failed then shows late, not a false failure of every device.
+(KUBELET_RESTART_HOLD_SECONDS), a resource the kubelet offers nothing of keeps the last offer
+seen before. A plugin sends its whole list on registering, so once the kubelet offers any
+device of the resource, its offer is believed as it is: a device that fails, or that failed
+while the kubelet was down, shows as soon as the plugin is back.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ class DerivedHealth:
         holding: bool = False,
     ) -> dict[str, list[dict[str, Any]]]:
         """Each resource's devices with derived health; updates the memory of seen devices.
-        `holding`: the kubelet restarted lately, so an offer that shrank is not believed
-        yet."""
+        `holding`: the kubelet restarted lately, so a resource offered nothing may have a
+        plugin that has not registered again yet."""
         for source in (healthy, allocated, registered):
             for resource, ids in source.items():
                 for device_id in ids:
@@ -64,7 +66,7 @@ class DerivedHealth:
         for resource, devices in sorted(self._seen.items()):
             offered = healthy.get(resource, set())
             last = self._offered.get(resource, set())
-            if holding and not last <= offered:
+            if holding and not offered:
                 offered = last
             else:
                 self._offered[resource] = set(offered)

@@ -113,6 +113,14 @@ def test_kubelet_restart_is_followed_without_restarting_the_agent(
         message="a pod created after the restart",
     )
     assert {uid for _, _, uid in api.allocations(node_name).values()} == {pod["uid"]}
+    # The untapped GPUs' health is derived: the restarted kubelet offered none of them until
+    # their plugin registered again, which the agent did not report as every GPU failing.
+    gpu_changes = [
+        e["kind"]
+        for e in api.events(node_name)
+        if e["kind"] in ("health_changed", "device_removed") and e["resource"] == GPU
+    ]
+    assert gpu_changes == []
     # The tap found the plugin's new socket: its health changes arrive again. Until the tap
     # is back the agent derives the resource's health from the kubelet, which also sees the
     # device go Unhealthy, so only the plugin as the source shows that the tap delivered it.

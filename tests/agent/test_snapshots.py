@@ -168,7 +168,7 @@ def test_derived_health_follows_the_kubelets_allocatable_set() -> None:
     assert derive(health, [entry("g2")])["g2"] == ("Healthy", [1])
 
 
-def test_after_a_kubelet_restart_a_shrunken_offer_is_held_not_reported() -> None:
+def test_after_a_kubelet_restart_an_empty_offer_is_held_not_reported() -> None:
     health = DerivedHealth()
     three = [entry("g0"), entry("g1"), entry("g2")]
     assert {d: h for d, (h, _) in derive(health, three).items()} == dict.fromkeys(
@@ -180,3 +180,12 @@ def test_after_a_kubelet_restart_a_shrunken_offer_is_held_not_reported() -> None
     # Back in full: nothing held any more; a real failure after the hold shows.
     assert derive(health, three, holding=True)["g1"][0] == "Healthy"
     assert derive(health, [entry("g0"), entry("g2")])["g1"][0] == "Unhealthy"
+    # The plugin is back (it offers devices): its list is believed at once, even within the
+    # hold, so a device that failed meanwhile shows now, not a minute later.
+    assert derive(health, [], holding=True)["g0"][0] == "Healthy"
+    after = derive(health, [entry("g0")], holding=True)
+    assert {d: h for d, (h, _) in after.items()} == {
+        "g0": "Healthy",
+        "g1": "Unhealthy",
+        "g2": "Unhealthy",
+    }
