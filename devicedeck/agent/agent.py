@@ -231,8 +231,10 @@ class Agent:
                 allocated=allocated,
                 registered=registered,
                 numa=numa,
-                holding=restarted is not None
-                and self.reader.since(restarted) < KUBELET_RESTART_HOLD_SECONDS,
+                holding_since=restarted
+                if restarted is not None
+                and self.reader.since(restarted) < KUBELET_RESTART_HOLD_SECONDS
+                else None,
             )
             tapped = self._taps_live | self._taps_untried
             for resource, devices in derived.items():

@@ -11,8 +11,9 @@ A kubelet that restarts offers nothing until each plugin has registered again, w
 read as every device failing at once. For a bounded time after a restart
 (KUBELET_RESTART_HOLD_SECONDS), a resource the kubelet offers nothing of keeps the last offer
 seen before. A plugin sends its whole list on registering, so once the kubelet offers any
-device of the resource, its offer is believed as it is: a device that fails, or that failed
-while the kubelet was down, shows as soon as the plugin is back.
+device of the resource the plugin is back, and from then on the offer is believed as it is,
+empty or not: a device that fails, or that failed while the kubelet was down, shows as soon
+as the plugin is back.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class DerivedHealth:
         self._seen: dict[str, dict[str, tuple[int, ...]]] = {}
         # resource -> the devices last offered, outside a hold after a kubelet restart
         self._offered: dict[str, set[str]] = {}
+        # The kubelet restart being held for, and the resources offered something since it.
+        self._restart: float | None = None
+        self._back: set[str] = set()
 
     def remember(self, resource: str, device_id: str, numa: Iterable[int] = ()) -> None:
         devices = self._seen.setdefault(resource, {})
@@ -53,11 +57,14 @@ class DerivedHealth:
         allocated: Mapping[str, set[str]],
         registered: Mapping[str, Iterable[str]],
         numa: NumaMap,
-        holding: bool = False,
+        holding_since: float | None = None,
     ) -> dict[str, list[dict[str, Any]]]:
         """Each resource's devices with derived health; updates the memory of seen devices.
-        `holding`: the kubelet restarted lately, so a resource offered nothing may have a
-        plugin that has not registered again yet."""
+        `holding_since`: when the kubelet restarted, if lately: a resource offered nothing
+        since then may have a plugin that has not registered again yet."""
+        if holding_since != self._restart:
+            self._restart = holding_since
+            self._back = set()
         for source in (healthy, allocated, registered):
             for resource, ids in source.items():
                 for device_id in ids:
@@ -66,7 +73,9 @@ class DerivedHealth:
         for resource, devices in sorted(self._seen.items()):
             offered = healthy.get(resource, set())
             last = self._offered.get(resource, set())
-            if holding and not offered:
+            if offered:
+                self._back.add(resource)
+            if holding_since is not None and resource not in self._back:
                 offered = last
             else:
                 self._offered[resource] = set(offered)

@@ -126,7 +126,7 @@ def derive(
     allocatable: list[pr.ContainerDevices],
     allocated: list[pr.ContainerDevices] = (),  # type: ignore[assignment]
     registered: dict[str, list[str]] | None = None,
-    holding: bool = False,
+    holding_since: float | None = None,
 ) -> dict[str, tuple[str, list[int]]]:
     numa: NumaMap = defaultdict(set)
     result = health.devices(
@@ -134,7 +134,7 @@ def derive(
         allocated=devices_by_resource(allocated, numa),
         registered=registered or {},
         numa=numa,
-        holding=holding,
+        holding_since=holding_since,
     )
     return {
         d["ID"]: (d["health"], [n["ID"] for n in d.get("topology", {}).get("nodes", [])])
@@ -168,24 +168,29 @@ def test_derived_health_follows_the_kubelets_allocatable_set() -> None:
     assert derive(health, [entry("g2")])["g2"] == ("Healthy", [1])
 
 
-def test_after_a_kubelet_restart_an_empty_offer_is_held_not_reported() -> None:
+def test_after_a_kubelet_restart_an_empty_offer_is_held_until_the_plugin_is_back() -> None:
     health = DerivedHealth()
     three = [entry("g0"), entry("g1"), entry("g2")]
     assert {d: h for d, (h, _) in derive(health, three).items()} == dict.fromkeys(
         ("g0", "g1", "g2"), "Healthy"
     )
     # The restarted kubelet offers nothing until its plugins register again: held.
-    held = derive(health, [], holding=True)
+    held = derive(health, [], holding_since=1.0)
     assert {d: h for d, (h, _) in held.items()} == dict.fromkeys(("g0", "g1", "g2"), "Healthy")
-    # Back in full: nothing held any more; a real failure after the hold shows.
-    assert derive(health, three, holding=True)["g1"][0] == "Healthy"
-    assert derive(health, [entry("g0"), entry("g2")])["g1"][0] == "Unhealthy"
-    # The plugin is back (it offers devices): its list is believed at once, even within the
-    # hold, so a device that failed meanwhile shows now, not a minute later.
-    assert derive(health, [], holding=True)["g0"][0] == "Healthy"
-    after = derive(health, [entry("g0")], holding=True)
+    # The plugin is back (it offers devices): its list is believed at once, within the hold,
+    # so a device that failed meanwhile shows now, not a minute later ...
+    after = derive(health, [entry("g0")], holding_since=1.0)
     assert {d: h for d, (h, _) in after.items()} == {
         "g0": "Healthy",
         "g1": "Unhealthy",
         "g2": "Unhealthy",
     }
+    # ... and so does its last device failing: the plugin is back, nothing is held.
+    empty = derive(health, [], holding_since=1.0)
+    assert {d: h for d, (h, _) in empty.items()} == dict.fromkeys(("g0", "g1", "g2"), "Unhealthy")
+    # Another restart: held again until the plugin is back, with the offer last believed.
+    assert derive(health, three)["g1"][0] == "Healthy"
+    assert derive(health, [], holding_since=2.0)["g1"][0] == "Healthy"
+    assert derive(health, [entry("g0"), entry("g2")], holding_since=2.0)["g1"][0] == "Unhealthy"
+    # After the hold, an empty offer is every device unhealthy.
+    assert derive(health, [])["g0"][0] == "Unhealthy"
