@@ -63,13 +63,6 @@ FAIL_AT_SECONDS = 25
 UNPLUG_AT_SECONDS = 45
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known hole: when a Node status arrives while the last snapshot is older and the "
-    "counts happen to agree (a flap recovered in one, not yet in the other), the cluster "
-    "watcher judges the two as one moment and can remove the wrong device; chained flaps can "
-    "also keep the unplugged device undecided past the deadline",
-)
 def test_devices_that_only_flap_are_never_removed(
     watching_service: RunningService,
     cluster: Path,
