@@ -67,6 +67,10 @@ class DerivedHealth:
             self._back = set()
         for source in (healthy, allocated, registered):
             for resource, ids in source.items():
+                # A resource the checkpoint names with no healthy device is still reported
+                # (an empty list): an agent started after its last device failed knows no
+                # device of it, and without a list the service would keep the last it had.
+                self._seen.setdefault(resource, {})
                 for device_id in ids:
                     self.remember(resource, device_id, numa.get((resource, device_id), ()))
         result: dict[str, list[dict[str, Any]]] = {}

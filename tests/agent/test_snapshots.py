@@ -194,3 +194,12 @@ def test_after_a_kubelet_restart_an_empty_offer_is_held_until_the_plugin_is_back
     assert derive(health, [entry("g0"), entry("g2")], holding_since=2.0)["g1"][0] == "Unhealthy"
     # After the hold, an empty offer is every device unhealthy.
     assert derive(health, [])["g0"][0] == "Unhealthy"
+
+
+def test_a_resource_the_checkpoint_names_without_healthy_devices_is_reported_empty() -> None:
+    # An agent started after the resource's last healthy device failed: the kubelet offers
+    # none, holds none for a pod, and its checkpoint names the resource with no device.
+    health = DerivedHealth()
+    numa: NumaMap = defaultdict(set)
+    result = health.devices(healthy={}, allocated={}, registered={GPU: []}, numa=numa)
+    assert result == {GPU: []}

@@ -348,6 +348,20 @@ def test_an_agent_that_forgot_its_devices_changes_nothing(
     assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
 
 
+def test_an_empty_list_from_a_restarted_agent_is_every_device_not_offered(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
+
+    # Every GPU failed while the agent was away: restarted, it knows none of them.
+    cluster.derived({})
+    cluster.judged(4, 0)
+    assert {d: cluster.state_of(d) for d in FOUR} == dict.fromkeys(FOUR, ("present", "Unhealthy"))
+    assert all(cluster.devices()[d]["presence"] == "present" for d in FOUR)
+    for device_id in FOUR:
+        assert cluster.events("device_removed", device_id) == []
+
+
 def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(
     fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
 ) -> None:
