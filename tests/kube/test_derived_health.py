@@ -35,6 +35,7 @@ class Cluster:
         self.agent = {"Authorization": f"Bearer {agent}"}
         self.reader = {"Authorization": f"Bearer {reader}"}
         self.seq = 0
+        self.boot = "boot-1"
         self.last: dict[str, str] = {}
 
     def derived(self, devices: dict[str, str]) -> dict[str, Any]:
@@ -44,7 +45,7 @@ class Cluster:
         body = {
             "node": NODE,
             "resource": GPU,
-            "source": {"boot_id": "boot-1", "seq": self.seq},
+            "source": {"boot_id": self.boot, "seq": self.seq},
             "observed_at": utcnow().isoformat(),
             "health_source": "derived",
             "devices": [{"ID": d, "health": h} for d, h in devices.items()],
@@ -360,6 +361,51 @@ def test_an_empty_list_from_a_restarted_agent_is_every_device_not_offered(
     assert all(cluster.devices()[d]["presence"] == "present" for d in FOUR)
     for device_id in FOUR:
         assert cluster.events("device_removed", device_id) == []
+
+
+def _gpu_1_unhealthy_then_unplugged_as_gpu_2_fails(
+    start_app: StartApp, fake_api: FakeApiServer, make_token: Callable[..., str]
+) -> Cluster:
+    """gpu-1 fails and is judged unhealthy; then, unseen by the service, gpu-1 is unplugged
+    and gpu-2 fails, and the Node's status says so."""
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
+    cluster.judged(4, 3)
+    assert cluster.state_of("gpu-1") == ("present", "Unhealthy")
+    cluster.status(3, 2)
+    cluster.synced(3, 2)
+    return cluster
+
+
+def _neither_named(cluster: Cluster) -> None:
+    for device_id in ("gpu-1", "gpu-2"):
+        device = cluster.devices()[device_id]
+        assert (device["state"], device["presence"]) == ("present", "unhealthy_or_removed")
+        assert cluster.events("device_removed", device_id) == []
+    detail = cluster.client.get(f"/api/v1/nodes/{NODE}", headers=cluster.reader).json()
+    assert detail["undecided_devices"] == [
+        {"resource": GPU, "unhealthy": 1, "removed": 1, "among": ["gpu-1", "gpu-2"]}
+    ]
+
+
+def test_a_restarted_agent_names_no_device_the_changes_it_missed_leave_untold(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _gpu_1_unhealthy_then_unplugged_as_gpu_2_fails(start_app, fake_api, make_token)
+    # The agent restarted meanwhile: it knows only what the kubelet offers now.
+    cluster.boot, cluster.seq = "boot-2", 0
+    cluster.derived({"gpu-0": "Healthy", "gpu-3": "Healthy"})
+    _neither_named(cluster)
+
+
+def test_the_first_snapshot_after_a_service_restart_names_no_device_it_cannot_tell(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _gpu_1_unhealthy_then_unplugged_as_gpu_2_fails(start_app, fake_api, make_token)
+    # The service restarted meanwhile; the agent sends its latest list, both changes in one.
+    cluster.client = start_app()
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-2": "Unhealthy"})
+    _neither_named(cluster)
 
 
 def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(

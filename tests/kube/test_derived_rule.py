@@ -130,3 +130,42 @@ def test_the_basis_survives_its_json() -> None:
     basis = _step(_all_healthy(), _offered_but("dongle-4", "dongle-5"), 5).basis
     assert basis is not None
     assert Basis.from_json(basis.to_json()) == basis
+
+
+def _one_unhealthy() -> Basis:
+    judged = _step(_all_healthy(), _offered_but("dongle-4"), 6)
+    assert judged.basis is not None
+    return judged.basis
+
+
+def test_after_a_gap_a_device_leaving_as_capacity_falls_beside_an_unhealthy_one_is_not_named() -> (
+    None
+):
+    basis = _one_unhealthy()
+    # Seen one change at a time, dongle-5 leaving as capacity falls is the one that went.
+    seen = _step(basis, _offered_but("dongle-4", "dongle-5"), 5)
+    assert seen.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": GONE}
+    # After a gap, dongle-4 may have gone while dongle-5 failed: the counts cannot tell.
+    gap = judge(
+        basis, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(5, 4), after_gap=True
+    )
+    assert gap.presence == {"dongle-4": UNCERTAIN, "dongle-5": UNCERTAIN}
+    assert gap.summary() == {"unhealthy": 1, "removed": 1, "among": ["dongle-4", "dongle-5"]}
+
+
+def test_after_a_gap_the_counts_still_settle_what_they_can() -> None:
+    basis = _one_unhealthy()
+    unchanged = judge(basis, SIX, _offered_but("dongle-4"), StatusCounts(6, 5), after_gap=True)
+    assert unchanged.presence == {"dongle-4": UNHEALTHY_PRESENT}
+    unplugged = judge(basis, SIX, _offered_but("dongle-4"), StatusCounts(5, 5), after_gap=True)
+    assert unplugged.presence == {"dongle-4": GONE}
+    failed = judge(
+        basis, SIX, _offered_but("dongle-4", "dongle-1"), StatusCounts(6, 4), after_gap=True
+    )
+    assert failed.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-1": UNHEALTHY_PRESENT}
+    # A device removed before stays removed.
+    gone = _step(basis, _offered_but("dongle-4", "dongle-5"), 5).basis
+    again = judge(
+        gone, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(5, 4), after_gap=True
+    )
+    assert again.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": GONE}

@@ -27,6 +27,14 @@ Node status, whichever changed, with the other as last stored):
   all the unhealthy ones left, they are unhealthy. Devices told unhealthy beyond what the
   counts allow are dropped to uncertain first. A removed device comes back only when offered.
 
+Comparing with the last judged observation assumes the service saw the devices change one at
+a time. After a gap in what it saw (the first snapshot of an agent's new boot, which knew
+nothing of what happened while it was away, or the first this process takes after it
+started, which may stand for several changes the agent held while the service was down),
+several changes may lie between the two: a device told unhealthy may have gone while another
+failed, which the counts alone cannot tell from that other device going. So after a gap every
+device not offered, but those already removed, is uncertain until the counts settle it.
+
 A device offered is present and Healthy, whatever was concluded of it before: a device that
 only flapped is never removed. A device the agent no longer lists (it restarted and forgot
 the devices it saw) counts as not offered, not as gone.
@@ -144,10 +152,13 @@ def judge(
     offered: Collection[str],
     counts: StatusCounts | None,
     removed: Collection[str] = (),
+    *,
+    after_gap: bool = False,
 ) -> Judgement:
     """What the observation (the devices `known`, those of them `offered`, the Node's
     `counts`) says of each device not offered, after the last judged one (`basis`).
-    `removed`: the known devices removed now; one comes back only when it is offered."""
+    `removed`: the known devices removed now; one comes back only when it is offered.
+    `after_gap`: observations may have been missed since the basis."""
     offered_set = set(offered)
     removed_set = set(removed) - offered_set
     not_offered = sorted(set(known) - offered_set)
@@ -170,6 +181,8 @@ def judge(
         presence = {d: GONE if d in removed_set else UNCERTAIN for d in not_offered}
     else:
         presence = _compared(basis, not_offered, offered_set, counts, prior)
+        if after_gap:
+            presence.update({d: UNCERTAIN for d in not_offered if prior(d) != GONE})
     _settle(presence, counts)
     return Judgement(presence, Basis(counts.capacity, frozenset(offered_set), presence), counts)
 

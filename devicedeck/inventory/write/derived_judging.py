@@ -22,10 +22,11 @@ def judge_stored(
     offered: Collection[str],
     removed: Collection[str],
     counts: StatusCounts | None,
+    after_gap: bool = False,
 ) -> Judgement:
     """`judge` against the basis stored for `resource` in a node's `derived_basis`."""
     entry = (stored or {}).get(resource)
-    return judge(Basis.from_json(entry), known, offered, counts, removed)
+    return judge(Basis.from_json(entry), known, offered, counts, removed, after_gap=after_gap)
 
 
 def stored_after(

@@ -248,18 +248,20 @@ def replace_device_list(
     max_node_devices: int | None = None,
     listed: dict[str, ListedDevice],
     new_node: bool = False,
+    after_gap: bool = False,
 ) -> DeviceChanges:
     """Rows change only where the snapshot changes them: a present device still listed as it
     was is not written at all. Its `last_seen` is not kept current while it is present
     (readers take the node's); it is written when the device leaves, and while a removed
     device is still listed. `listed`: the stream's devices as `read_stream` read them (none
     for a new node); this function changes the dict. `new_node`: this transaction inserted
-    the node's row, so the node has no other devices to count.
+    the node's row, so the node has no other devices to count. `after_gap`: the service may
+    have missed changes before this snapshot (derived health weighs that).
 
     New devices are inserted here; the changes to the stream's other rows are returned, for
     the caller to write (`write_device_changes`, or `device_changes_write` with the
     transaction's other closing writes)."""
-    snapshot, gone, uncertain = _judged(session, node_id, snapshot, listed, log)
+    snapshot, gone, uncertain = _judged(session, node_id, snapshot, listed, log, after_gap)
     changes, new_devices = listed_device_changes(
         node_id, snapshot, now, log, listed, gone, uncertain
     )
@@ -503,6 +505,7 @@ def _judged(
     snapshot: ListAndWatchSnapshot,
     existing: dict[str, ListedDevice],
     log: EventLog,
+    after_gap: bool,
 ) -> tuple[ListAndWatchSnapshot, set[str], set[str]]:
     """For a derived snapshot (devicedeck/inventory/write/derived_health.py): the snapshot with
     every present device it leaves out listed as not offered, the devices the rule counts as
@@ -522,6 +525,7 @@ def _judged(
         offered=offered,
         removed={d.device_id for d in existing.values() if d.state != PRESENT},
         counts=status_counts(node.capacity, node.allocatable, snapshot.resource),
+        after_gap=after_gap,
     )
     stored = stored_after(node.derived_basis, snapshot.resource, judgement, log, snapshot.node)
     if stored is not None:

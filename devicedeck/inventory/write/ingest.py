@@ -141,6 +141,7 @@ def _replace_device_list(
     *,
     new_node: bool,
     listed: dict[str, ListedDevice],
+    after_gap: bool,
 ) -> DeviceChanges:
     changes = replace_device_list(
         session,
@@ -151,6 +152,7 @@ def _replace_device_list(
         max_node_devices=max_node_devices,
         new_node=new_node,
         listed=listed,
+        after_gap=after_gap,
     )
     if snapshot.plugin is not None:
         record_plugin(session, node_id, snapshot, now, log, new_node=new_node)
@@ -199,10 +201,11 @@ def apply_snapshot(
     try_unchanged_first: bool = True,
     max_node_devices: int | None = None,
     stale_after: timedelta | None = None,
+    first_since_start: bool = False,
 ) -> IngestResult:
     """The ordering and idempotency rules every stream shares; what the stream owns (a device
     list, or a node's allocations) is replaced only when the content differs from the last
-    applied.
+    applied. `first_since_start`: the first snapshot of its stream this process takes.
 
     The unchanged-snapshot statement first is only a shortcut: skipped when the content is
     likely changed, or the statement has just run on its own; the full path below still finds
@@ -253,6 +256,10 @@ def apply_snapshot(
                 max_node_devices,
                 new_node=node.new,
                 listed=listed,
+                # What the agent saw while it was away or the service was down reaches the
+                # service as one snapshot.
+                after_gap=first_since_start
+                or (receipt is not None and receipt.boot_id != snapshot.source.boot_id),
             )
         else:
             allocation_writes = _replace_allocations(
@@ -538,6 +545,7 @@ class SnapshotIngest:
                 try_unchanged_first=try_unchanged_first,
                 max_node_devices=self.max_node_devices,
                 stale_after=self.stale_after,
+                first_since_start=not self.recent.has_stored(snapshot.node, stream),
             )
             applied = await self._apply_in_event_loop(apply, body_bytes)
             if applied is None:
