@@ -408,6 +408,24 @@ def test_the_first_snapshot_after_a_service_restart_names_no_device_it_cannot_te
     _neither_named(cluster)
 
 
+def test_a_device_plugged_back_and_failed_while_the_service_was_down_is_back_unhealthy(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
+    cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
+    cluster.judged(3, 3)
+    assert cluster.state_of("gpu-3")[0] == "removed"
+
+    # While the service is down, gpu-3 is plugged in again and fails before it is looked at.
+    cluster.client = start_app()
+    cluster.status(4, 3)
+    cluster.synced(4, 3)
+    cluster.derived(FOUR | {"gpu-3": "Unhealthy"})
+    assert cluster.state_of("gpu-3") == ("present", "Unhealthy")
+    assert cluster.devices()["gpu-3"]["presence"] == "present"
+    assert len(cluster.events("device_reappeared", "gpu-3")) == 1
+
+
 def test_without_node_status_the_device_says_it_may_be_unhealthy_or_removed(
     fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
 ) -> None:

@@ -169,3 +169,16 @@ def test_after_a_gap_the_counts_still_settle_what_they_can() -> None:
         gone, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(5, 4), after_gap=True
     )
     assert again.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": GONE}
+
+
+def test_after_a_gap_a_removed_device_may_be_back_and_unhealthy() -> None:
+    gone = _step(_one_unhealthy(), _offered_but("dongle-4", "dongle-5"), 5).basis
+    # While the service was away, dongle-5 was plugged in again and failed: capacity is back
+    # to six, and nothing new is offered.
+    back = judge(
+        gone, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(6, 4), after_gap=True
+    )
+    assert back.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": UNHEALTHY_PRESENT}
+    # Seen one change at a time, a removed device comes back only when it is offered.
+    seen = judge(gone, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(6, 4))
+    assert seen.presence["dongle-5"] == GONE

@@ -33,7 +33,9 @@ nothing of what happened while it was away, or the first this process takes afte
 started, which may stand for several changes the agent held while the service was down),
 several changes may lie between the two: a device told unhealthy may have gone while another
 failed, which the counts alone cannot tell from that other device going. So after a gap every
-device not offered, but those already removed, is uncertain until the counts settle it.
+device not offered, but those already removed, is uncertain until the counts settle it; and
+when capacity rose by more than the devices offered again explain, so are the removed ones
+the agent still lists, as one may have been plugged in again and have failed meanwhile.
 
 A device offered is present and Healthy, whatever was concluded of it before: a device that
 only flapped is never removed. A device the agent no longer lists (it restarted and forgot
@@ -183,6 +185,11 @@ def judge(
         presence = _compared(basis, not_offered, offered_set, counts, prior)
         if after_gap:
             presence.update({d: UNCERTAIN for d in not_offered if prior(d) != GONE})
+            # Capacity rose by more than the devices offered again can add: a removed device
+            # may have been plugged in again and have failed while nobody looked.
+            may_add = sum(1 for d in offered_set if prior(d) in (GONE, UNCERTAIN, None))
+            if counts.capacity - basis.capacity > may_add:
+                presence.update({d: UNCERTAIN for d in not_offered if prior(d) == GONE})
     _settle(presence, counts)
     return Judgement(presence, Basis(counts.capacity, frozenset(offered_set), presence), counts)
 
