@@ -171,7 +171,7 @@ def test_after_a_gap_the_counts_still_settle_what_they_can() -> None:
     assert again.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": GONE}
 
 
-def test_after_a_gap_a_removed_device_may_be_back_and_unhealthy() -> None:
+def test_a_removed_device_may_be_back_and_unhealthy_when_capacity_rises() -> None:
     gone = _step(_one_unhealthy(), _offered_but("dongle-4", "dongle-5"), 5).basis
     # While the service was away, dongle-5 was plugged in again and failed: capacity is back
     # to six, and nothing new is offered.
@@ -179,6 +179,11 @@ def test_after_a_gap_a_removed_device_may_be_back_and_unhealthy() -> None:
         gone, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(6, 4), after_gap=True
     )
     assert back.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": UNHEALTHY_PRESENT}
-    # Seen one change at a time, a removed device comes back only when it is offered.
+    # Without a gap too: a bad device reseated registers unhealthy, and is never offered.
     seen = judge(gone, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(6, 4))
-    assert seen.presence["dongle-5"] == GONE
+    assert seen.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": UNHEALTHY_PRESENT}
+    # Capacity back while two removed devices are known and one is unhealthy: which, the
+    # counts cannot say.
+    two_gone = judge(None, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(4, 4)).basis
+    one_back = judge(two_gone, SIX, _offered_but("dongle-4", "dongle-5"), StatusCounts(5, 4))
+    assert one_back.presence == {"dongle-4": UNCERTAIN, "dongle-5": UNCERTAIN}

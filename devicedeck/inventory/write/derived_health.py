@@ -25,7 +25,7 @@ Node status, whichever changed, with the other as last stored):
 - Then the counts settle what they can: when the devices known unhealthy already make up
   capacity - allocatable, every uncertain device is removed; when the uncertain devices are
   all the unhealthy ones left, they are unhealthy. Devices told unhealthy beyond what the
-  counts allow are dropped to uncertain first. A removed device comes back only when offered.
+  counts allow are dropped to uncertain first.
 
 Comparing with the last judged observation assumes the service saw the devices change one at
 a time. After a gap in what it saw (the first snapshot of an agent's new boot, which knew
@@ -33,9 +33,11 @@ nothing of what happened while it was away, or the first this process takes afte
 started, which may stand for several changes the agent held while the service was down),
 several changes may lie between the two: a device told unhealthy may have gone while another
 failed, which the counts alone cannot tell from that other device going. So after a gap every
-device not offered, but those already removed, is uncertain until the counts settle it; and
-when capacity rose by more than the devices offered again explain, so are the removed ones
-the agent still lists, as one may have been plugged in again and have failed meanwhile.
+device not offered, but those already removed, is uncertain until the counts settle it.
+
+A removed device comes back when it is offered again, or when capacity rises by more than the
+devices offered again can add: a bad device reseated registers unhealthy and is never offered.
+The removed devices known then are uncertain, and the counts settle them.
 
 A device offered is present and Healthy, whatever was concluded of it before: a device that
 only flapped is never removed. A device the agent no longer lists (it restarted and forgot
@@ -159,7 +161,7 @@ def judge(
 ) -> Judgement:
     """What the observation (the devices `known`, those of them `offered`, the Node's
     `counts`) says of each device not offered, after the last judged one (`basis`).
-    `removed`: the known devices removed now; one comes back only when it is offered.
+    `removed`: the known devices removed now.
     `after_gap`: observations may have been missed since the basis."""
     offered_set = set(offered)
     removed_set = set(removed) - offered_set
@@ -185,11 +187,12 @@ def judge(
         presence = _compared(basis, not_offered, offered_set, counts, prior)
         if after_gap:
             presence.update({d: UNCERTAIN for d in not_offered if prior(d) != GONE})
-            # Capacity rose by more than the devices offered again can add: a removed device
-            # may have been plugged in again and have failed while nobody looked.
-            may_add = sum(1 for d in offered_set if prior(d) in (GONE, UNCERTAIN, None))
-            if counts.capacity - basis.capacity > may_add:
-                presence.update({d: UNCERTAIN for d in not_offered if prior(d) == GONE})
+        # Capacity rose by more than the devices offered again can add: a removed device may
+        # be back already failed (a bad device reseated registers unhealthy, and is never
+        # offered), or have been plugged in and failed while nobody looked.
+        may_add = sum(1 for d in offered_set if prior(d) in (GONE, UNCERTAIN, None))
+        if counts.capacity - basis.capacity > may_add:
+            presence.update({d: UNCERTAIN for d in not_offered if prior(d) == GONE})
     _settle(presence, counts)
     return Judgement(presence, Basis(counts.capacity, frozenset(offered_set), presence), counts)
 
@@ -240,8 +243,8 @@ def _compared(
 
 def _settle(presence: dict[str, str], counts: StatusCounts) -> None:
     """Let the counts decide what they can, after dropping what they contradict. A removed
-    device stays removed: more unhealthy devices than the others explain are ones unknown
-    here (unhealthy since before the agent saw them), and it comes back only when offered."""
+    device is decided by `judge` alone: more unhealthy devices than the others explain are
+    ones unknown here (unhealthy since before the agent saw them)."""
     unhealthy = counts.unhealthy
 
     def having(value: str) -> list[str]:
