@@ -15,14 +15,6 @@ ACTIONS = 80
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-@pytest.mark.xfail(
-    strict=False,
-    reason="main's service still fails 'mismatch samples' here (presence: the wrong device "
-    "removed on the untapped nodes when one is unplugged while another is unhealthy), and "
-    "at times 'false events' and 'false alerts' (device_removed / DevicedeckDeviceRemoved for "
-    "present unhealthy devices when an agent of the tapped gpu-a restarts); docs/truth.md, "
-    "'What the runs show'",
-)
 def test_a_short_seeded_run_finds_the_service_truthful(database_url: str, tmp_path: Path) -> None:
     oracle = Oracle(
         Options(
