@@ -57,6 +57,9 @@ class Sync:
     # Events for objects this says no to are skipped without opening a write transaction
     # (most pods of a cluster request no device).
     relevant: Callable[[dict[str, Any]], bool] = lambda _obj: True
+    # Told, before the first change applied after the watch broke, that what changed
+    # meanwhile arrives at once.
+    mark_gap: Callable[[Session, datetime], None] | None = None
 
 
 class Reflector:
@@ -75,6 +78,8 @@ class Reflector:
         self.stop = stop
         self.resource_version = ""
         self.next_resync = 0.0
+        # The watch broke (or has not run yet in this process) since the last change applied.
+        self.broken = True
         self._response: urllib3.BaseHTTPResponse | None = None
         self._lock = threading.Lock()
         self._status: dict[str, Any] = {
@@ -124,20 +129,24 @@ class Reflector:
                         },
                     )
                     self.resource_version = ""
+                    self.broken = True
                     gone_in_a_row += 1
                     # Relist at once the first time; a server that keeps answering 410 to
                     # fresh versions gets the same backoff as any other failure.
                     if gone_in_a_row > 1:
                         self._fail(backoff, status.BACKOFF, f"410 again after relisting: {e}")
                     continue
+                self.broken = True
                 self._fail(backoff, *_classify(e))
             except ApiUnreachable as e:
                 if self.stop.is_set():
                     break
+                self.broken = True
                 self._fail(backoff, status.BACKOFF, f"API server unreachable: {e}")
             except SQLAlchemyError as e:
                 # The event that failed is lost: start again from a full list.
                 self.resource_version = ""
+                self.broken = True
                 self._fail(backoff, status.BACKOFF, f"database error: {type(e).__name__}: {e}")
             except Exception as e:  # keep the thread alive on anything unforeseen; it is logged
                 log.exception(
@@ -145,6 +154,7 @@ class Reflector:
                     extra={"event": "cluster_watch_failed", "resource": self.name},
                 )
                 self.resource_version = ""
+                self.broken = True
                 self._fail(backoff, status.BACKOFF, f"unexpected error: {type(e).__name__}: {e}")
         self._report(status.STOPPED, force=True)
 
@@ -162,7 +172,9 @@ class Reflector:
         items, version = self.api.list_all(self.sync.kind)
         now = utcnow()
         with write_session(self.factory) as session:
+            self._mark_gap(session, now)
             self.sync.apply_list(session, items, now)
+        self.broken = False
         self.resource_version = version
         self.next_resync = time.monotonic() + self.resync
         self._status.update(
@@ -210,12 +222,18 @@ class Reflector:
         if kind in ("ADDED", "MODIFIED", "DELETED") and self.sync.relevant(obj):
             now = utcnow()
             with write_session(self.factory) as session:
+                self._mark_gap(session, now)
                 self.sync.apply_event(session, str(kind), obj, now)
+            self.broken = False
             self._status.update(events=self._status["events"] + 1, last_event_at=now.isoformat())
         if version:
             self.resource_version = str(version)
             self._status["resource_version"] = self.resource_version
         self._report(status.WATCHING)
+
+    def _mark_gap(self, session: Session, now: datetime) -> None:
+        if self.broken and self.sync.mark_gap is not None:
+            self.sync.mark_gap(session, now)
 
     def _fail(self, backoff: Backoff, state: str, message: str) -> None:
         delay = backoff.next_delay()

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SYNCS = (
-    Sync(NODES, node_sync.apply_node_list, node_sync.apply_node_event),
+    Sync(NODES, node_sync.apply_node_list, node_sync.apply_node_event, mark_gap=node_sync.mark_gap),
     Sync(PODS, pod_sync.apply_pod_list, pod_sync.apply_pod_event, pod_sync.requests_devices),
     Sync(RESOURCE_SLICES, dra_sync.apply_slice_list, dra_sync.apply_slice_event),
     Sync(RESOURCE_CLAIMS, dra_sync.apply_claim_list, dra_sync.apply_claim_event),

@@ -408,6 +408,26 @@ def test_the_first_snapshot_after_a_service_restart_names_no_device_it_cannot_te
     _neither_named(cluster)
 
 
+def test_a_status_that_catches_up_after_the_watch_broke_names_no_device_it_cannot_tell(
+    fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
+) -> None:
+    cluster = _four_healthy_gpus(start_app, fake_api, make_token)
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy"})
+    cluster.judged(4, 3)
+
+    # The watch of nodes breaks; meanwhile gpu-1 is unplugged and gpu-2 fails, and the Node's
+    # status, when the watch is back, says both at once.
+    asked = len(fake_api.recorded("GET", "/api/v1/nodes"))
+    fake_api.deny("nodes")
+    wait_for(lambda: len(fake_api.recorded("GET", "/api/v1/nodes")) > asked, what="a refused watch")
+    cluster.status(3, 2)
+    fake_api.allow("nodes")
+    cluster.synced(3, 2)
+    # The agent's list catches up, in the same service process and the same agent boot.
+    cluster.derived(FOUR | {"gpu-1": "Unhealthy", "gpu-2": "Unhealthy"})
+    _neither_named(cluster)
+
+
 def test_a_device_plugged_back_and_failed_while_the_service_was_down_is_back_unhealthy(
     fake_api: FakeApiServer, start_app: StartApp, make_token: Callable[..., str]
 ) -> None:

@@ -29,8 +29,9 @@ Node status, whichever changed, with the other as last stored):
 
 Comparing with the last judged observation assumes the service saw the devices change one at
 a time. After a gap in what it saw (the first snapshot of an agent's new boot, which knew
-nothing of what happened while it was away, or the first this process takes after it
-started, which may stand for several changes the agent held while the service was down),
+nothing of what happened while it was away; the first this process takes after it started,
+which may stand for several changes the agent held while the service was down; or a Node
+status that catches up after the API server or the watcher was away, kept as `Basis.gap`),
 several changes may lie between the two: a device told unhealthy may have gone while another
 failed, which the counts alone cannot tell from that other device going. So after a gap every
 device not offered, but those already removed, is uncertain until the counts settle it.
@@ -110,20 +111,29 @@ class Basis:
     capacity: int
     offered: frozenset[str]
     presence: Mapping[str, str] = field(default_factory=dict)
+    # The Node's status was out of sight since (the API server or the watcher away): the
+    # next judged observation may stand for several changes.
+    gap: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "capacity": self.capacity,
             "offered": sorted(self.offered),
             "presence": dict(sorted(self.presence.items())),
         }
+        if self.gap:
+            data["gap"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Basis | None:
         if not data:
             return None
         return cls(
-            int(data["capacity"]), frozenset(data["offered"]), dict(data.get("presence") or {})
+            int(data["capacity"]),
+            frozenset(data["offered"]),
+            dict(data.get("presence") or {}),
+            bool(data.get("gap")),
         )
 
 
@@ -185,7 +195,7 @@ def judge(
         presence = {d: GONE if d in removed_set else UNCERTAIN for d in not_offered}
     else:
         presence = _compared(basis, not_offered, offered_set, counts, prior)
-        if after_gap:
+        if after_gap or basis.gap:
             presence.update({d: UNCERTAIN for d in not_offered if prior(d) != GONE})
         # Capacity rose by more than the devices offered again can add: a removed device may
         # be back already failed (a bad device reseated registers unhealthy, and is never

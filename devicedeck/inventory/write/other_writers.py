@@ -263,3 +263,17 @@ def reconsider_derived_devices(session: Session, node: Node, now: datetime, log:
             forget_content_hash(session, node.id, listandwatch_stream(resource))
     if stored != node.derived_basis:
         node.derived_basis = stored
+
+
+def mark_status_gap(session: Session) -> None:
+    """The Node statuses were out of sight (the API server or the watcher away): each node's
+    next judged observation of derived health may stand for several changes
+    (devicedeck/inventory/write/derived_health.py, `Basis.gap`)."""
+    nodes = session.scalars(
+        select(Node).where(Node.derived_basis.is_not(None)).order_by(Node.id).with_for_update()
+    )
+    for node in nodes:
+        basis = node.derived_basis or {}
+        marked = {resource: {**entry, "gap": True} for resource, entry in basis.items()}
+        if marked != basis:
+            node.derived_basis = marked
