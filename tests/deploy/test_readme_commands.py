@@ -391,6 +391,8 @@ NOT_RUNNABLE: dict[str, str] = {
     "kubectl -n devicedeck": "needs a real cluster",
     ".venv/bin/devicedeck truth": "runs its own cluster for many minutes; tests/truth/test_run.py "
     "runs a short seeded run",
+    "PYTHONPATH=<worktree> .venv/bin/python -m devicedeck.cli truth": "the oracle's long run "
+    "from a worktree of a past commit, kept as a record",
     "DEVICEDECK_REQUIRE_POSTGRES=1 .venv/bin/pytest": "a test of this suite run on its own; "
     "`make test` runs it with the rest",
 }
