@@ -10,6 +10,8 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sim.helpers import wait_until
+
 from devicedeck.sim.apiserver import SimApiServer
 from devicedeck.sim.apiserver.node_lifecycle import NodeLifecycle
 from devicedeck.sim.apiserver.protobuf_bodies import MAGIC, PROTOBUF
@@ -18,13 +20,6 @@ from devicedeck.sim.apiserver.resources import EVENTS
 from .conftest import http, node_object, pod_object
 
 TAINT = "node.kubernetes.io/unschedulable"
-
-
-def wait_until(check: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def names(api: SimApiServer, path: str) -> list[str]:
@@ -41,7 +36,11 @@ def test_a_namespace_in_use_exists_and_a_deleted_one_terminates_first(api: SimAp
     assert code == 200 and deleted["status"]["phase"] == "Terminating"
     code, refused = http(api, "POST", "/api/v1/namespaces/ml/pods", pod_object("ml", "later"))
     assert code == 403 and "being terminated" in refused["message"]
-    wait_until(lambda: http(api, "GET", "/api/v1/namespaces/ml")[0] == 404)
+    wait_until(
+        lambda: http(api, "GET", "/api/v1/namespaces/ml")[0] == 404,
+        timeout=120,
+        message="the terminating namespace to go",
+    )
     assert names(api, "/api/v1/pods") == []
 
 
