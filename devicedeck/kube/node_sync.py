@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from devicedeck.inventory.events import EventLog
 from devicedeck.inventory.models import Node
 from devicedeck.inventory.write.node_lock import lock_node
-from devicedeck.inventory.write.other_writers import mark_status_gap, reconsider_derived_devices
+from devicedeck.inventory.write.other_writers import reconsider_derived_devices
 
 ACTOR = "kube-watcher"
 CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
@@ -95,8 +95,3 @@ def apply_node_list(session: Session, items: list[dict[str, Any]], now: datetime
     for name in [n for n in gone if n not in names]:
         forget_node(session, name, now, log)
     log.write(session)
-
-
-def mark_gap(session: Session, now: datetime) -> None:
-    """The watch of nodes broke: statuses that changed meanwhile arrive at once."""
-    mark_status_gap(session)

@@ -59,7 +59,7 @@ class Sync:
     relevant: Callable[[dict[str, Any]], bool] = lambda _obj: True
     # Told, before the first change applied after the watch broke, that what changed
     # meanwhile arrives at once.
-    mark_gap: Callable[[Session, datetime], None] | None = None
+    mark_gap: Callable[[Session], None] | None = None
 
 
 class Reflector:
@@ -172,7 +172,7 @@ class Reflector:
         items, version = self.api.list_all(self.sync.kind)
         now = utcnow()
         with write_session(self.factory) as session:
-            self._mark_gap(session, now)
+            self._mark_gap(session)
             self.sync.apply_list(session, items, now)
         self.broken = False
         self.resource_version = version
@@ -222,7 +222,7 @@ class Reflector:
         if kind in ("ADDED", "MODIFIED", "DELETED") and self.sync.relevant(obj):
             now = utcnow()
             with write_session(self.factory) as session:
-                self._mark_gap(session, now)
+                self._mark_gap(session)
                 self.sync.apply_event(session, str(kind), obj, now)
             self.broken = False
             self._status.update(events=self._status["events"] + 1, last_event_at=now.isoformat())
@@ -231,9 +231,9 @@ class Reflector:
             self._status["resource_version"] = self.resource_version
         self._report(status.WATCHING)
 
-    def _mark_gap(self, session: Session, now: datetime) -> None:
+    def _mark_gap(self, session: Session) -> None:
         if self.broken and self.sync.mark_gap is not None:
-            self.sync.mark_gap(session, now)
+            self.sync.mark_gap(session)
 
     def _fail(self, backoff: Backoff, state: str, message: str) -> None:
         delay = backoff.next_delay()

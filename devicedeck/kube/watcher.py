@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from devicedeck.config import KubeMode, Settings
 from devicedeck.db import write_session
+from devicedeck.inventory.write.other_writers import mark_status_gap
 from devicedeck.kube import dra_sync, node_sync, pod_sync
 from devicedeck.kube.client import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeApi
 from devicedeck.kube.errors import KubeUnavailable
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SYNCS = (
-    Sync(NODES, node_sync.apply_node_list, node_sync.apply_node_event, mark_gap=node_sync.mark_gap),
+    Sync(NODES, node_sync.apply_node_list, node_sync.apply_node_event, mark_gap=mark_status_gap),
     Sync(PODS, pod_sync.apply_pod_list, pod_sync.apply_pod_event, pod_sync.requests_devices),
     Sync(RESOURCE_SLICES, dra_sync.apply_slice_list, dra_sync.apply_slice_event),
     Sync(RESOURCE_CLAIMS, dra_sync.apply_claim_list, dra_sync.apply_claim_event),

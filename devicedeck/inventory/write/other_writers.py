@@ -220,7 +220,7 @@ def reconsider_derived_devices(session: Session, node: Node, now: datetime, log:
     (devicedeck/inventory/write/derived_health.py). A status that is not evidence for the last
     snapshot's offer marks the devices not offered that it leaves untold; one that is, is
     left for the stream's next snapshot to be judged with, as the two may describe different
-    moments. A removed device comes back only when its snapshot offers it."""
+    moments. A removed device comes back only through its stream's snapshot."""
     rows = session.scalars(
         select(Device)
         .where(Device.node_id == node.id, Device.health_source == DERIVED)
@@ -274,6 +274,4 @@ def mark_status_gap(session: Session) -> None:
     )
     for node in nodes:
         basis = node.derived_basis or {}
-        marked = {resource: {**entry, "gap": True} for resource, entry in basis.items()}
-        if marked != basis:
-            node.derived_basis = marked
+        node.derived_basis = {resource: {**entry, "gap": True} for resource, entry in basis.items()}
