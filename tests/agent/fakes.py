@@ -9,7 +9,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +35,31 @@ class Call:
     refused: bool
 
 
+class UnixGrpcServer:
+    """One servicer served on a unix socket, with the threads it runs on."""
+
+    def __init__(self) -> None:
+        self._server: grpc.Server | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    def start(
+        self, add_servicer: Callable[[Any, grpc.Server], None], servicer: Any, path: Path
+    ) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=4)
+        self._server = grpc.server(self._executor)
+        add_servicer(servicer, self._server)
+        self._server.add_insecure_port(unix_target(path))
+        self._server.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0).wait()
+            self._server = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
 class RateLimitedPodResources(pr_grpc.PodResourcesListerServicer):
     """Answers RESOURCE_EXHAUSTED for `exhausted_for` seconds after the first call, then
     serves one pod holding d0 of two allocatable devices."""
@@ -45,24 +70,16 @@ class RateLimitedPodResources(pr_grpc.PodResourcesListerServicer):
         self.calls: list[Call] = []
         self.first_call: float | None = None
         self._lock = threading.Lock()
-        self._server: grpc.Server | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._server = UnixGrpcServer()
 
     def start(self) -> None:
         self.paths.make_dirs()
-        self._executor = ThreadPoolExecutor(max_workers=4)
-        self._server = grpc.server(self._executor)
-        pr_grpc.add_PodResourcesListerServicer_to_server(self, self._server)
-        self._server.add_insecure_port(unix_target(self.paths.pod_resources_socket))
-        self._server.start()
+        self._server.start(
+            pr_grpc.add_PodResourcesListerServicer_to_server, self, self.paths.pod_resources_socket
+        )
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(0).wait()
-            self._server = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self._server.stop()
 
     def _admit(self, method: str, context: grpc.ServicerContext) -> None:
         now = time.monotonic()
@@ -110,23 +127,13 @@ class SlowDevicePlugin(dp_grpc.DevicePluginServicer):
         self.first_message_delay = first_message_delay
         self._upstream = grpc.insecure_channel(unix_target(upstream))
         self._stub = dp_grpc.DevicePluginStub(self._upstream)
-        self._server: grpc.Server | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._server = UnixGrpcServer()
 
     def start(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=4)
-        self._server = grpc.server(self._executor)
-        dp_grpc.add_DevicePluginServicer_to_server(self, self._server)
-        self._server.add_insecure_port(unix_target(self.path))
-        self._server.start()
+        self._server.start(dp_grpc.add_DevicePluginServicer_to_server, self, self.path)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(0).wait()
-            self._server = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self._server.stop()
         self._upstream.close()
 
     def GetDevicePluginOptions(

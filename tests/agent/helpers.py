@@ -115,6 +115,13 @@ class Process:
             self._log = None
         return code
 
+    def kill(self) -> None:
+        """SIGKILL, as `pkill -9` does: the process says no goodbye."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        self.stop()
+
     def output(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
