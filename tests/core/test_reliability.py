@@ -194,6 +194,65 @@ def test_sorts_and_keyset_pages(api: Api, history: dict[str, int]) -> None:
     assert first["count"] == 4 and first["next"]
 
 
+def test_pod_figures_count_each_pod_once(api: Api, set_clock: SetClock) -> None:
+    """The ranking sorts by pods hit as each row counts them: a pod hit in three spells is one
+    pod, so gpu-0 (one pod, three spells) ranks below gpu-1 (two pods, one spell)."""
+    seq = iter(range(1, 100))
+
+    def health(hours: float, gpu_0: str, gpu_1: str) -> None:
+        set_clock(hours)
+        devices = [dev("gpu-0", gpu_0), dev("gpu-1", gpu_1)]
+        api.ingest_listandwatch(listandwatch("node-c", devices, next(seq)))
+
+    def pods(hours: float, second: str) -> None:
+        set_clock(hours)
+        solo = pod("solo", containers={"main": [held(GPU, "gpu-0")]})
+        other = pod(second, namespace="batch", containers={"main": [held(GPU, "gpu-1")]})
+        api.ingest_podresources(podresources("node-c", [solo, other], next(seq)))
+
+    health(0, "Healthy", "Healthy")
+    pods(0, "first")
+    health(1, "Unhealthy", "Unhealthy")
+    health(1.2, "Healthy", "Unhealthy")
+    pods(1.5, "second")
+    health(2, "Unhealthy", "Unhealthy")
+    health(2.2, "Healthy", "Unhealthy")
+    health(2.5, "Unhealthy", "Unhealthy")
+    health(2.8, "Healthy", "Healthy")
+    set_clock(10)
+    window = {"since": stamp(0), "until": stamp(10)}
+    most_hit = ranked(api, **window, sort="-pods_hit", limit=1)
+    assert [(r["device_id"], r["pods_hit"]) for r in most_hit] == [("gpu-1", 2), ("gpu-0", 1)]
+    assert most_hit[0]["pods_hit_names"] == ["batch/first", "batch/second"]
+    assert [r["device_id"] for r in ranked(api, **window, sort="pods_hit")] == ["gpu-0", "gpu-1"]
+    assert [r["device_id"] for r in ranked(api, **window, sort="-pods_held")] == ["gpu-1", "gpu-0"]
+    # The window from 1.9 h: gpu-1 was held only by `second` since, gpu-0 by `solo`.
+    late = ranked(api, since=stamp(1.9), until=stamp(10), sort="-pods_hit")
+    assert [(r["device_id"], r["pods_hit"], r["pods_held"]) for r in late] == [
+        ("gpu-0", 1, 1),
+        ("gpu-1", 1, 1),
+    ]
+    batch = api.all_pages("/api/v1/reliability/nodes", **window, namespace="batch")
+    assert [(n["node"], n["devices"], n["failures"], n["pods_hit"]) for n in batch] == [
+        ("node-c", 1, 1, 2)
+    ]
+
+
+def test_every_sort_orders_by_the_figure_each_row_shows(api: Api, history: dict[str, int]) -> None:
+    for figure in (
+        "failures",
+        "unhealthy_seconds",
+        "unhealthy_share",
+        "removals",
+        "pods_hit",
+        "pods_held",
+    ):
+        for descending in (False, True):
+            sort = f"-{figure}" if descending else figure
+            values = [r[figure] for r in ranked(api, **WHOLE, sort=sort, limit=1)]
+            assert values == sorted(values, reverse=descending), sort
+
+
 def test_per_node_and_per_resource(api: Api, history: dict[str, int]) -> None:
     nodes = api.all_pages("/api/v1/reliability/nodes", **WHOLE)
     assert nodes == [

@@ -24,7 +24,6 @@ from sqlalchemy import (
     and_,
     case,
     cast,
-    distinct,
     extract,
     func,
     literal,
@@ -253,7 +252,7 @@ def _overlapping(model: type[DeviceIncident] | type[Allocation], window: Window)
     ]
 
 
-def _spell_conditions(filters: ReliabilityFilters) -> list[ColumnElement[bool]]:
+def _spell_conditions(filters: ReliabilityFilters, window: Window) -> list[ColumnElement[bool]]:
     i = DeviceIncident
     conditions: list[ColumnElement[bool]] = []
     if filters.node is not None:
@@ -262,31 +261,19 @@ def _spell_conditions(filters: ReliabilityFilters) -> list[ColumnElement[bool]]:
         conditions.append(i.node.startswith(filters.node_prefix, autoescape=True))
     if filters.resource is not None:
         conditions.append(i.resource == filters.resource)
-    return conditions
-
-
-def _device_conditions(filters: ReliabilityFilters) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = []
-    if filters.node is not None:
-        conditions.append(Device.node_name == filters.node)
-    if filters.node_prefix:
-        conditions.append(Device.node_name.startswith(filters.node_prefix, autoescape=True))
-    if filters.resource is not None:
-        conditions.append(Device.resource == filters.resource)
+    if filters.namespace is not None:
+        a = Allocation
+        held_there = select(a.device_pk).where(
+            a.namespace == filters.namespace, *_overlapping(a, window)
+        )
+        conditions.append(i.device_pk.in_(held_there))
     return conditions
 
 
 def _troubled_devices(
-    session: Session,
-    filters: ReliabilityFilters,
-    window: Window,
-    device_pks: list[int] | None = None,
+    session: Session, window: Window, device_pks: list[int]
 ) -> dict[int, _Device]:
-    """The devices with a spell in the window (of `device_pks`, when given), their spells and
-    their holds in it."""
-    conditions = _device_conditions(filters)
-    if device_pks is not None:
-        conditions.append(Device.id.in_(device_pks))
+    """Of these devices, those with a spell in the window, their spells and their holds in it."""
     rows = session.execute(
         select(
             Device.id,
@@ -299,7 +286,7 @@ def _troubled_devices(
             DeviceIncident.ended,
         )
         .join(Device, Device.id == DeviceIncident.device_pk)
-        .where(*_overlapping(DeviceIncident, window), *conditions)
+        .where(*_overlapping(DeviceIncident, window), Device.id.in_(device_pks))
         .order_by(Device.id, DeviceIncident.started)
     ).all()
     devices: dict[int, _Device] = {}
@@ -311,12 +298,6 @@ def _troubled_devices(
             )
         device.spells.append(Spell(row.kind, row.started, row.ended))
     _add_holds(session, devices, window)
-    if filters.namespace is not None:
-        devices = {
-            pk: d
-            for pk, d in devices.items()
-            if any(h.namespace == filters.namespace for h in d.holds)
-        }
     return devices
 
 
@@ -427,6 +408,69 @@ def _later(a: Any, b: Any) -> ColumnElement[datetime]:
 
 
 SPELL_SUMS = ("failures", "removals", "unhealthy_seconds")
+HOLD_FIGURES = ("pods_hit", "pods_held")
+
+
+def _pod_name(hold: type[Allocation]) -> ColumnElement[str]:
+    # The same "namespace/pod" the figures name a pod by, so both count the same pods.
+    return hold.namespace + "/" + hold.pod
+
+
+def _spell_end(window: Window) -> ColumnElement[datetime]:
+    i = DeviceIncident
+    until = literal(window.until, UtcDateTime())
+    return case((or_(i.ended.is_(None), i.ended > until), until), else_=i.ended)
+
+
+def _hits(window: Window) -> list[ColumnElement[bool]]:
+    """A hold of the joined device reaches into one of its spells of Unhealthy, both cut to the
+    window (the spells already reach into it)."""
+    i, a = DeviceIncident, Allocation
+    since = literal(window.since, UtcDateTime())
+    return [
+        i.kind == UNHEALTHY_SPELL,
+        a.started < _spell_end(window),
+        or_(a.ended.is_(None), a.ended > _later(i.started, since)),
+    ]
+
+
+def _pod_counts(pairs: Any, name: str) -> Any:
+    """Distinct pods per device of (device, namespace, pod) rows: made distinct first, then
+    counted, which the database hashes instead of sorting every pair."""
+    distinct_pairs = pairs.distinct().subquery()
+    return (
+        select(distinct_pairs.c.id, func.count().label(name))
+        .group_by(distinct_pairs.c.id)
+        .subquery()
+    )
+
+
+def _hold_figures(per_device: Any, filters: ReliabilityFilters, window: Window) -> Any:
+    """Pods hit and pods held of each device of `per_device`, counted by the database as
+    `figures_of` counts them, so the ranking sorts and pages by them with no hold read here."""
+    i, a = DeviceIncident, Allocation
+    hit = _pod_counts(
+        select(i.device_pk.label("id"), a.namespace, a.pod)
+        .join(a, a.device_pk == i.device_pk)
+        .where(*_overlapping(i, window), *_spell_conditions(filters, window), *_hits(window)),
+        "pods_hit",
+    )
+    held = _pod_counts(
+        select(a.device_pk.label("id"), a.namespace, a.pod).where(
+            a.device_pk.in_(select(per_device.c.id)), *_overlapping(a, window)
+        ),
+        "pods_held",
+    )
+    return (
+        select(
+            per_device.c.id,
+            func.coalesce(hit.c.pods_hit, 0).label("pods_hit"),
+            func.coalesce(held.c.pods_held, 0).label("pods_held"),
+        )
+        .outerjoin(hit, hit.c.id == per_device.c.id)
+        .outerjoin(held, held.c.id == per_device.c.id)
+        .subquery()
+    )
 
 
 class _Figures:
@@ -435,6 +479,7 @@ class _Figures:
     need each device's holds and are read for a page's devices only."""
 
     def __init__(self, session: Session, filters: ReliabilityFilters, window: Window) -> None:
+        self.filters = filters
         i = DeviceIncident
         since = literal(window.since, UtcDateTime())
         until = literal(window.until, UtcDateTime())
@@ -460,7 +505,7 @@ class _Figures:
                     Float,
                 ).label("unhealthy_seconds"),
             )
-            .where(*_overlapping(i, window), *_spell_conditions(filters))
+            .where(*_overlapping(i, window), *_spell_conditions(filters, window))
             # A device's node and resource never change: one group per device.
             .group_by(i.device_pk, i.node, i.resource)
             .subquery()
@@ -487,6 +532,7 @@ class _Figures:
             .join(Device, Device.id == per_device.c.id)
             .subquery()
         )
+        self.hold_rows = _hold_figures(per_device, filters, window)
 
     def page(
         self,
@@ -500,7 +546,13 @@ class _Figures:
         """The ids of one page of devices in the sort's order, the next page's cursor, and
         how many devices follow the cursor (all of them on the first page)."""
         check_limit(limit)
-        ranked = self.spell_rows if figure in SPELL_SUMS else self.rows
+        ranked = (
+            self.spell_rows
+            if figure in SPELL_SUMS
+            else self.hold_rows
+            if figure in HOLD_FIGURES
+            else self.rows
+        )
         value = cast(ranked.c[figure], Float)
         rank = -value if descending else value
         query = select(ranked.c.id, value.label("value"), rank.label("rank")).subquery()
@@ -561,24 +613,20 @@ class _Figures:
     ) -> dict[str, int]:
         """Distinct pods per group that held one of its devices while it was Unhealthy."""
         i, a = DeviceIncident, Allocation
-        since = literal(window.since, UtcDateTime())
-        until = literal(window.until, UtcDateTime())
-        spell_end = case((or_(i.ended.is_(None), i.ended > until), until), else_=i.ended)
-        key = self.spell_rows.c[by]
-        rows = session.execute(
-            select(key.label("name"), func.count(distinct(a.namespace + "/" + a.pod)))
-            .select_from(self.spell_rows)
-            .join(i, i.device_pk == self.spell_rows.c.id)
+        key = i.node if by == "node" else i.resource
+        pairs = (
+            select(key.label("name"), a.namespace, a.pod)
             .join(a, a.device_pk == i.device_pk)
             .where(
-                i.kind == UNHEALTHY_SPELL,
                 *_overlapping(i, window),
-                a.started < spell_end,
-                or_(a.ended.is_(None), a.ended > _later(i.started, since)),
+                *_spell_conditions(self.filters, window),
+                *_hits(window),
                 *([] if only is None else [key.in_(only)]),
             )
-            .group_by(key)
-        ).all()
+            .distinct()
+            .subquery()
+        )
+        rows = session.execute(select(pairs.c.name, func.count()).group_by(pairs.c.name))
         return {row[0]: int(row[1]) for row in rows}
 
 
@@ -593,32 +641,21 @@ def _cursor_key(cursor: str, sort: str, tie_type: type) -> tuple[float, Any]:
     return float(value), last
 
 
-# Sorts the database cannot order by without every failing device's holds, and the filter
-# that needs them: these rank in the service, from each failing device's spells and holds.
-_NEEDS_HOLDS = ("pods_hit", "pods_held")
-
-
 class Ranking:
     """The devices with a spell of Unhealthy or of removal in the window, ranked by any
     figure: the devices themselves, or summed per node or per resource. A device without a
     spell has no figure worth ranking and is not among them.
 
-    Most figures are summed by the database, which sorts and pages them; a page's devices are
-    then read with their spells and holds. Sorting by pods hit or held, or filtering by
-    namespace, needs every failing device's holds, and is done here from all of them."""
+    The database computes every figure it ranks by (pods hit and held from the failing
+    devices' holds, the namespace filter as a semi-join on them), sorts and pages; only a
+    page's devices are then read with their spells and holds, and `figures_of` gives their
+    figures and the names of the pods hit."""
 
     def __init__(self, session: Session, filters: ReliabilityFilters, window: Window) -> None:
         self.session = session
         self.filters = filters
         self.window = window
-        self._all: list[dict[str, Any]] | None = None
         self._figures: _Figures | None = None
-
-    def _all_rows(self) -> list[dict[str, Any]]:
-        if self._all is None:
-            found = _troubled_devices(self.session, self.filters, self.window)
-            self._all = [_device_row(d, self.window) for d in found.values()]
-        return self._all
 
     def _in_database(self) -> _Figures:
         if self._figures is None:
@@ -630,16 +667,11 @@ class Ranking:
     ) -> Page[dict[str, Any]]:
         """Worst first by default: most failures."""
         figure, descending = _check_sort(sort, DEVICE_SORTS)
-        if figure in _NEEDS_HOLDS or self.filters.namespace is not None:
-            rows = self._all_rows()
-            page = _page(list(rows), sort, figure, descending, "id", cursor, limit)
-            page.count = len(rows)
-            return page
         figures = self._in_database()
         ids, next_cursor, total = figures.page(
             self.session, figure, descending, sort, cursor, limit
         )
-        found = _troubled_devices(self.session, ReliabilityFilters(), self.window, ids)
+        found = _troubled_devices(self.session, self.window, ids)
         items = [_device_row(found[pk], self.window) for pk in ids if pk in found]
         # Past the first page, the count is of the devices from the cursor on.
         count = total if cursor is None else None
@@ -652,7 +684,7 @@ class Ranking:
         in the window, the figures their sums; `pods_hit` counts each pod once per group."""
         figure, descending = _check_sort(sort, GROUP_SORTS)
         # Pods hit join spells to holds: for the page's groups only, unless sorted by it.
-        later = figure != "pods_hit" and self.filters.namespace is None
+        later = figure != "pods_hit"
         rows = self._group_rows(by, pods_hit=not later)
         page = _page(rows, sort, figure, descending, by, cursor, limit)
         if later:
@@ -661,8 +693,6 @@ class Ranking:
         return page
 
     def _group_rows(self, by: str, *, pods_hit: bool = True) -> list[dict[str, Any]]:
-        if self.filters.namespace is not None:
-            return _groups_of(self._all_rows(), by)
         return self._in_database().groups(self.session, by, self.window, pods_hit=pods_hit)
 
     def by_label(
@@ -721,23 +751,6 @@ def _node_labels(session: Session, names: list[str]) -> dict[str, dict[str, Any]
     return found
 
 
-def _groups_of(device_rows: list[dict[str, Any]], by: str) -> list[dict[str, Any]]:
-    groups: dict[str, dict[str, Any]] = {}
-    hit: dict[str, set[str]] = defaultdict(set)
-    for row in device_rows:
-        name = row[by]
-        group = groups.setdefault(
-            name,
-            {by: name, "devices": 0, "failures": 0, "unhealthy_seconds": 0.0, "removals": 0},
-        )
-        group["devices"] += 1
-        group["failures"] += row["failures"]
-        group["removals"] += row["removals"]
-        group["unhealthy_seconds"] = round(group["unhealthy_seconds"] + row["unhealthy_seconds"], 3)
-        hit[name].update(row["pods_hit_names"])
-    return [{**group, "pods_hit": len(hit[name])} for name, group in groups.items()]
-
-
 def device_figures(session: Session, device_pk: int, window: Window) -> dict[str, Any]:
     """One device's figures, zero when it had no spell in the window."""
     found = session.execute(
@@ -747,7 +760,7 @@ def device_figures(session: Session, device_pk: int, window: Window) -> dict[str
     ).one_or_none()
     if found is None:
         raise NotFound(f"no device {device_pk}")
-    found_spells = _troubled_devices(session, ReliabilityFilters(), window, [device_pk])
+    found_spells = _troubled_devices(session, window, [device_pk])
     device = found_spells.get(device_pk)
     if device is None:
         device = _Device(
