@@ -198,7 +198,9 @@ def bounded_count(
     bind = session.get_bind()
     if bind.dialect.name != "postgresql":
         return int(session.scalar(select(func.count()).select_from(rows.subquery())) or 0), True
-    compiled = rows.compile(dialect=bind.dialect)
+    # Expanding parameters (`IN (...)`) are rendered as one placeholder each: the statement is
+    # sent as text, not through SQLAlchemy's execution, which would have expanded them.
+    compiled = rows.compile(dialect=bind.dialect, compile_kwargs={"render_postcompile": True})
     plan = (
         session.connection()
         .exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled}", compiled.params)
