@@ -24,7 +24,9 @@ from devicedeck.sim.kubelet.devices import DEFAULT_GRACE_SECONDS
 from devicedeck.sim.kubelet.topology import DEFAULT_POLICY
 from devicedeck.sim.plugin import (
     DEFAULT_NODE_NAME,
+    PLUG,
     PROFILES,
+    UNPLUG,
     HealthDriver,
     HealthEvent,
     SimDevicePlugin,
@@ -140,10 +142,14 @@ class SimNode:
             HealthDriver(plugin, events=[e for r, e in health_events if r == resource])
             for resource, plugin in self.plugins.items()
         ]
-        # The workload's flaps leave the scripted devices to the script.
+        # The workload's flaps leave the scripted devices to the script, and a resource whose
+        # device is plugged or unplugged still around that moment.
         scripted: dict[str, set[str]] = {}
+        quiet_at: dict[str, list[float]] = {}
         for resource, event in health_events:
             scripted.setdefault(resource, set()).add(self.plugins[resource].resolve(event.device))
+            if event.action in (PLUG, UNPLUG):
+                quiet_at.setdefault(resource, []).append(event.at_seconds)
         self.workload: Workload | None = None
         if workload_seed is not None:
             self.workload = Workload(
@@ -153,6 +159,7 @@ class SimNode:
                 interval_seconds=workload_interval,
                 scripted=scripted,
                 flaky=flaky,
+                quiet_at=quiet_at,
             )
         self._started: list[SimDevicePlugin] = []
 

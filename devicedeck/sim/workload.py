@@ -12,6 +12,11 @@ so a ranking of devices by flaps shows a few clear leaders. A flaky device that 
 the free devices kept for pods by hand is spared meanwhile, as any free device is. Without
 flaky devices the decisions are those of earlier versions for the same seed.
 
+Around a scripted plug or unplug of a resource (`quiet_at`), the workload neither flaps nor
+recovers that resource's devices for `QUIET_SECONDS` either side: a node's counts cannot tell
+which device went when other devices change in the same moment, and the demo's story (one
+dongle fails, later another is pulled out) is told to be read.
+
 It leaves a quarter of each resource's devices free and healthy (`reserved`): a pod that would
 take them is not created, and a free device is not flapped while only the reserve is free. So
 a person trying the demo can always create a pod by hand (two of gpu-a's eight GPUs).
@@ -22,7 +27,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from devicedeck.kubelet.deviceplugin import HEALTHY, UNHEALTHY
@@ -40,6 +46,9 @@ KUBELET_VIEW_TIMEOUT_SECONDS = 10.0
 RESERVED_SHARE = 0.25
 # The share of a resource's flaps that go to its flaky devices, while one of them is healthy.
 FLAKY_SHARE = 0.9
+# Seconds either side of a scripted plug or unplug in which a resource's devices keep still:
+# long enough for the agent's next read and the Node's next status to see the change alone.
+QUIET_SECONDS = 10.0
 
 
 def reserved(total: int) -> int:
@@ -81,6 +90,7 @@ class Workload:
         max_pods: int = DEFAULT_MAX_PODS,
         scripted: Mapping[str, set[str]] | None = None,
         flaky: Mapping[str, int] | None = None,
+        quiet_at: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
         if interval_seconds <= 0:
             raise ValueError("workload interval must be positive")
@@ -92,6 +102,9 @@ class Workload:
         self._scripted = {r: set(ids) for r, ids in (scripted or {}).items()}
         self.flaky = self._choose_flaky(seed, flaky or {})
         self._max_pods = max_pods
+        # Seconds after start of each resource's scripted plugs and unplugs.
+        self._quiet_at = {r: tuple(times) for r, times in (quiet_at or {}).items()}
+        self._started_at: float | None = None
         self._step = 0
         self._recoveries: list[_Recovery] = []
         self._stop = threading.Event()
@@ -122,6 +135,7 @@ class Workload:
         return chosen
 
     def start(self) -> None:
+        self._started_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="sim-workload", daemon=True)
         self._thread.start()
 
@@ -199,9 +213,18 @@ class Workload:
                 extra={"namespace": namespace, "pod": name, "reason": e},
             )
 
+    def quiet(self, resource: str) -> bool:
+        """Whether a scripted plug or unplug of the resource is near."""
+        if self._started_at is None:
+            return False
+        now = time.monotonic() - self._started_at
+        return any(abs(now - at) < QUIET_SECONDS for at in self._quiet_at.get(resource, ()))
+
     def _flap(self) -> None:
         rng = self._random
         resource = rng.choice(list(self._plugins))
+        if self.quiet(resource):
+            return
         plugin = self._plugins[resource]
         scripted = self._scripted.get(resource, set())
         healthy = sorted(
@@ -241,8 +264,11 @@ class Workload:
             )
 
     def _recover_due(self) -> None:
-        due = [r for r in self._recoveries if r.due_step <= self._step]
-        self._recoveries = [r for r in self._recoveries if r.due_step > self._step]
+        # A recovery due while its resource keeps still waits for the quiet to end.
+        due = [
+            r for r in self._recoveries if r.due_step <= self._step and not self.quiet(r.resource)
+        ]
+        self._recoveries = [r for r in self._recoveries if r not in due]
         for recovery in due:
             try:
                 self._plugins[recovery.resource].set_health(recovery.device_id, HEALTHY)

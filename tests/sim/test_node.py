@@ -191,9 +191,10 @@ def test_workload_leaves_a_quarter_of_each_resource_for_pods_by_hand(root: Path)
 
 def test_health_events_run_and_the_workload_leaves_their_devices_alone(root: Path) -> None:
     """The demo's untapped node: devices a health script drives are never flapped by the
-    workload, so what the script sets stays set."""
+    workload, so what the script sets stays set. (Around a scripted plug or unplug the
+    workload keeps still altogether: tests/sim/test_workload_quiet.py.)"""
     events = [
-        parse_node_health_event("example.com/dongle 0.2 #3 unplug"),
+        parse_node_health_event("example.com/dongle 0.2 #3 Unhealthy"),
         parse_node_health_event("example.com/dongle 3600 dongle-2 Unhealthy"),
     ]
     specs = [PluginSpec("example.com/dongle", 4)]
@@ -202,13 +203,17 @@ def test_health_events_run_and_the_workload_leaves_their_devices_alone(root: Pat
     ):
         assert node.workload is not None
         manager = node.kubelet.manager
-        wait_until(lambda: manager.capacity() == {"example.com/dongle": 3})
+
+        def health() -> dict[str, str]:
+            return {d.id: d.health for d in manager.devices("example.com/dongle")}
+
+        wait_until(lambda: health().get("dongle-3") == "Unhealthy")
         flapped: set[str] = set()
         for _ in range(80):
             node.workload.step()
-            health = {d.id: d.health for d in manager.devices("example.com/dongle")}
-            assert "dongle-3" not in health
-            flapped |= {i for i, h in health.items() if h == "Unhealthy"}
+            now = health()
+            assert now["dongle-3"] == "Unhealthy"
+            flapped |= {i for i, h in now.items() if h == "Unhealthy"} - {"dongle-3"}
         assert flapped and "dongle-2" not in flapped
     with pytest.raises(ValueError, match="without a plugin"):
         SimNode(root, specs, health_events=[("example.com/other", events[0][1])])
