@@ -114,8 +114,8 @@ def test_devices_that_only_flap_are_never_removed(
         for e in api.events(node_name)
         if e["device_id"] in wrongly_removed or e["kind"] == "devices_counted"
     ]
-    # Flaps that overlap the unplug leave it undecided until they end; with flaps every few
-    # seconds that may take a while, so the deadline is generous.
+    # The workload keeps the dongles still around the scripted unplug, so the counts name it
+    # (a flap beside it would leave both undecided, and rightly).
     wait_until(
         lambda: (
             (d := _dongles(api, node_name)[failed])["presence"] == "present"

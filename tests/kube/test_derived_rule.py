@@ -51,16 +51,46 @@ def test_two_leaving_as_capacity_falls_by_one_cannot_be_told_apart() -> None:
 
 def test_a_flap_during_the_unplug_is_never_taken_for_the_removal() -> None:
     failed = _step(_all_healthy(), _offered_but("dongle-4"), 6)
-    # dongle-1 flaps while dongle-5 is pulled out: one of the two went.
+    # dongle-1 flaps while dongle-5 is pulled out. Two left the offer as capacity fell: any
+    # of the three not offered may be the one that went (dongle-4 unplugged while dongle-5
+    # failed looks the same).
     mixed = _step(failed.basis, _offered_but("dongle-4", "dongle-5", "dongle-1"), 5)
-    assert mixed.presence == {
-        "dongle-4": UNHEALTHY_PRESENT,
-        "dongle-5": UNCERTAIN,
-        "dongle-1": UNCERTAIN,
+    assert mixed.presence == dict.fromkeys(("dongle-1", "dongle-4", "dongle-5"), UNCERTAIN)
+    assert mixed.summary() == {
+        "unhealthy": 2,
+        "removed": 1,
+        "among": ["dongle-1", "dongle-4", "dongle-5"],
     }
-    # dongle-1 is offered again: it was the unhealthy one, so dongle-5 went.
+    # dongle-1 is offered again: it was unhealthy, and the counts still cannot say which of
+    # the other two went.
     back = _step(mixed.basis, _offered_but("dongle-4", "dongle-5"), 5)
-    assert back.presence == {"dongle-4": UNHEALTHY_PRESENT, "dongle-5": GONE}
+    assert back.presence == {"dongle-4": UNCERTAIN, "dongle-5": UNCERTAIN}
+    assert back.summary() == {"unhealthy": 1, "removed": 1, "among": ["dongle-4", "dongle-5"]}
+
+
+def test_an_unplug_beside_a_failure_and_a_recovery_names_no_device() -> None:
+    # dongle-4 is unhealthy and dongle-2 too; then, within one observation, dongle-4 is
+    # unplugged, dongle-1 fails and dongle-2 recovers. Read one change at a time, dongle-1
+    # leaving as capacity falls would be the one that went.
+    two = _step(_one_unhealthy(), _offered_but("dongle-4", "dongle-2"), 6)
+    churn = _step(two.basis, _offered_but("dongle-4", "dongle-1"), 5)
+    assert churn.presence == {"dongle-4": UNCERTAIN, "dongle-1": UNCERTAIN}
+    assert churn.summary() == {"unhealthy": 1, "removed": 1, "among": ["dongle-1", "dongle-4"]}
+
+
+def test_a_removed_device_back_as_another_fails_names_no_device() -> None:
+    # dongle-5 went; then dongle-5 is plugged back (offered), dongle-1 fails and the unhealthy
+    # dongle-4 is unplugged: capacity stays, and dongle-5's return does not make dongle-1 gone.
+    gone = _step(_one_unhealthy(), _offered_but("dongle-4", "dongle-5"), 5).basis
+    swapped = _step(gone, _offered_but("dongle-4", "dongle-1"), 5)
+    assert swapped.presence == {"dongle-4": UNCERTAIN, "dongle-1": UNCERTAIN}
+
+
+def test_flaps_together_with_capacity_still_are_failures_and_recoveries() -> None:
+    two = _step(_one_unhealthy(), _offered_but("dongle-4", "dongle-2"), 6)
+    # dongle-2 recovers as dongle-1 and dongle-3 fail: nothing went, so each is as it shows.
+    flaps = _step(two.basis, _offered_but("dongle-4", "dongle-1", "dongle-3"), 6)
+    assert flaps.presence == dict.fromkeys(("dongle-1", "dongle-3", "dongle-4"), UNHEALTHY_PRESENT)
 
 
 def test_a_flap_after_the_unplug_leaves_the_removed_device_removed() -> None:
