@@ -36,7 +36,6 @@ import httpx
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
-DEVICEDECK = [sys.executable, "-m", "devicedeck.cli"]
 DEVICES_PER_NODE = 8
 RESOURCE = "example.com/gpu"
 
@@ -61,13 +60,24 @@ def new_postgres_database(name: str) -> str:
     return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
 
 
+def cli(checkout: Path) -> list[str]:
+    """The command running `checkout`'s CLI with this virtualenv's Python, in cwd=checkout:
+    `python -m` puts the working directory first on sys.path, so the checkout's package is
+    imported, not the one installed. The package was called `app` before it was `devicedeck`."""
+    for package in ("devicedeck", "app"):
+        if (checkout / package / "cli.py").is_file():
+            return [sys.executable, "-m", f"{package}.cli"]
+    raise SystemExit(f"{checkout}: neither devicedeck/cli.py nor app/cli.py")
+
+
 def migrate_and_create_token(env: dict[str, str], checkout: Path) -> str:
     """Migrates the database in env with the checkout's code; returns a new token with the
     ingest and read scopes."""
-    subprocess.run([*DEVICEDECK, "migrate"], env=env, check=True, cwd=checkout, capture_output=True)
+    command = cli(checkout)
+    subprocess.run([*command, "migrate"], env=env, check=True, cwd=checkout, capture_output=True)
     made = subprocess.run(
         [
-            *DEVICEDECK,
+            *command,
             "token",
             "create",
             "--name",
@@ -95,7 +105,7 @@ def start_service(
     token = migrate_and_create_token(env, checkout)
     log = open(workdir / "service.log", "wb")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(
-        [*DEVICEDECK, "serve", "--port", str(port), "--no-migrate"],
+        [*cli(checkout), "serve", "--port", str(port), "--no-migrate"],
         env=env,
         cwd=checkout,
         stdout=log,

@@ -16,6 +16,10 @@ SQLite), then:
     .venv/bin/python bench/scale.py --nodes 625                  # 40,000 devices
     .venv/bin/python bench/scale.py --nodes 5000 --wrk-seconds 10  # 320,000 devices
 
+`--checkout DIR` serves another checkout's code (`git worktree add DIR <commit>`, or
+`git archive <commit> | tar -x -C DIR`) with this virtualenv, this script's workload unchanged:
+before and after, in alternate runs, on the same machine.
+
 Every figure is also given as a ratio to /livez measured in the same run: the machines this runs
 on are shared, and their speed changes within minutes.
 """
@@ -36,8 +40,10 @@ from typing import Any
 
 import psycopg
 from ingest import (
+    ROOT,
     Connection,
     ServerCpu,
+    cli,
     free_port,
     new_postgres_database,
     prepare,
@@ -444,7 +450,14 @@ def main() -> None:
         default="devicedeck_scale",
         help="the PostgreSQL database to fill (dropped first) or reuse",
     )
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=ROOT,
+        help="serve this checkout's code (its package devicedeck/, or app/ before the rename)",
+    )
     args = parser.parse_args()
+    checkout = args.checkout.resolve()
 
     workdir = Path(tempfile.mkdtemp(prefix="devicedeck-scale-"))
     port = free_port()
@@ -454,9 +467,10 @@ def main() -> None:
     url = url or new_postgres_database(args.database)
     # The fill takes minutes: nodes must not turn stale (and be swept) while it runs.
     os.environ["DEVICEDECK_STALE_AFTER"] = "86400"
-    process, token = start_ingest_service(url, port, workdir)
+    process, token = start_ingest_service(url, port, workdir, checkout)
     fleet = Fleet(args.gpus, args.slices)
     devices = args.nodes * (args.gpus + args.slices)
+    print(f"code: {checkout} ({' '.join(cli(checkout)[1:])})")
     print(
         f"database={args.db} nodes={args.nodes:,} devices={devices:,} "
         f"({args.gpus} GPUs + {args.slices} slices a node) runs={args.runs} cpus={os.cpu_count()}",
