@@ -435,8 +435,8 @@ def _hits(window: Window) -> list[ColumnElement[bool]]:
 
 
 def _pod_counts(pairs: Any, name: str) -> Any:
-    """Distinct pods per device of (device, namespace, pod) rows: made distinct first, then
-    counted, which the database hashes instead of sorting every pair."""
+    """Distinct pods per `id` (a device, or a group's name) of (id, namespace, pod) rows: made
+    distinct first, then counted, which the database hashes instead of sorting every pair."""
     distinct_pairs = pairs.distinct().subquery()
     return (
         select(distinct_pairs.c.id, func.count().label(name))
@@ -476,14 +476,14 @@ def _hold_figures(per_device: Any, filters: ReliabilityFilters, window: Window) 
 class _Figures:
     """The figures every device with a spell in the window has, computed by the database,
     one row per device: what the ranking sorts and pages by. `pods_hit` and `pods_held`
-    need each device's holds and are read for a page's devices only."""
+    (`hold_rows`) join the spells to the holds, and are computed only when a query asks."""
 
     def __init__(self, session: Session, filters: ReliabilityFilters, window: Window) -> None:
         self.filters = filters
         i = DeviceIncident
         since = literal(window.since, UtcDateTime())
         until = literal(window.until, UtcDateTime())
-        ended = case((or_(i.ended.is_(None), i.ended > until), until), else_=i.ended)
+        ended = _spell_end(window)
         unhealthy = i.kind == UNHEALTHY_SPELL
         inside = i.started >= since
         per_device = (
@@ -614,19 +614,18 @@ class _Figures:
         """Distinct pods per group that held one of its devices while it was Unhealthy."""
         i, a = DeviceIncident, Allocation
         key = i.node if by == "node" else i.resource
-        pairs = (
-            select(key.label("name"), a.namespace, a.pod)
+        counts = _pod_counts(
+            select(key.label("id"), a.namespace, a.pod)
             .join(a, a.device_pk == i.device_pk)
             .where(
                 *_overlapping(i, window),
                 *_spell_conditions(self.filters, window),
                 *_hits(window),
                 *([] if only is None else [key.in_(only)]),
-            )
-            .distinct()
-            .subquery()
+            ),
+            "pods_hit",
         )
-        rows = session.execute(select(pairs.c.name, func.count()).group_by(pairs.c.name))
+        rows = session.execute(select(counts.c.id, counts.c.pods_hit))
         return {row[0]: int(row[1]) for row in rows}
 
 

@@ -195,12 +195,13 @@ def judge(
         presence = {d: GONE if d in removed_set else UNCERTAIN for d in not_offered}
     else:
         presence = _compared(basis, not_offered, offered_set, counts, prior)
-        if after_gap or basis.gap or _several_changes(basis, offered_set, counts, prior):
+        # The devices offered again that went, or may have: each may add one to capacity.
+        may_add = sum(1 for d in offered_set if prior(d) in (GONE, UNCERTAIN, None))
+        if after_gap or basis.gap or _several_changes(basis, offered_set, counts, may_add):
             presence.update({d: UNCERTAIN for d in not_offered if prior(d) != GONE})
         # Capacity rose by more than the devices offered again can add: a removed device may
         # be back already failed (a bad device reseated registers unhealthy, and is never
         # offered), or have been plugged in and failed while nobody looked.
-        may_add = sum(1 for d in offered_set if prior(d) in (GONE, UNCERTAIN, None))
         if counts.capacity - basis.capacity > may_add:
             presence.update({d: UNCERTAIN for d in not_offered if prior(d) == GONE})
     _settle(presence, counts)
@@ -210,20 +211,16 @@ def judge(
 _OFFERED = "offered"
 
 
-def _several_changes(
-    basis: Basis,
-    offered: set[str],
-    counts: StatusCounts,
-    prior: Callable[[str], str | None],
-) -> bool:
+def _several_changes(basis: Basis, offered: set[str], counts: StatusCounts, may_add: int) -> bool:
     """Whether the observation may hold a removal beside other changes: more than one device's
-    offer changed, and capacity moved or a device that went (or may have) is offered again.
-    Then which device went is not named by the offer: an unhealthy device unplugged as
-    another fails and a third recovers looks like the failing one unplugged. With capacity
-    still and no device back from a removal, nothing went, and each device that left failed."""
+    offer changed, and capacity moved or a device that went (or may have) is offered again
+    (`may_add` of them). Then which device went is not named by the offer: an unhealthy device
+    unplugged as another fails and a third recovers looks like the failing one unplugged.
+    With capacity still and no device back from a removal, nothing went, and each device that
+    left failed."""
     if len(offered ^ basis.offered) <= 1:
         return False
-    returned = any(prior(d) in (GONE, UNCERTAIN, None) for d in offered - basis.offered)
+    returned = may_add > 0
     return counts.capacity != basis.capacity or returned
 
 
